@@ -1,0 +1,116 @@
+"""The probe contract: a frozen spec, a context handed to `run`, and the outcome it returns.
+
+A probe module defines `SPEC: ProbeSpec` and `run(ctx: ProbeContext) -> Outcome`. It must not import
+torch at module level (the CLI reads SPEC without torch); `run` receives torch through the context.
+This module is standard library only: it is loaded inside probe workers of any target interpreter.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class Status(str, enum.Enum):
+    """A probe's verdict. `skipped` means "could not tell" and always carries a reason;
+    `crashed` and `timed_out` are set by the runner, never by a probe itself."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIPPED = "skipped"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+
+
+# Requirements a probe may declare in `ProbeSpec.needs`. The worker checks them before `run` and
+# skips with the reason when one is missing; "cuda" is satisfied only when the context's device is a
+# CUDA device, so device-agnostic probes must *not* declare it.
+NEEDS = ("torch", "cuda", "xformers", "flash_attn")
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    id: str  # kebab-case, shared with the report and the README
+    title: str
+    timeout_s: float = 30.0  # the runner kills the worker after this
+    emits: tuple[str, ...] = ()  # knowledge-base ids this probe may report; a test checks they exist
+    needs: tuple[str, ...] = ("torch",)
+    per_device: bool = True  # run once per device under `--device all`; False: once per scan
+    isolated: bool = False  # deliberately poisons the CUDA context: gets a worker of its own
+    gpu_memory_mib: int = 512  # budget; the runner skips the probe when the GPU has less free
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed problem: a knowledge-base id, a one-line cause, and the evidence for it
+    (exact exception texts, shapes, dtypes, strides, backends)."""
+
+    kb_id: str
+    summary: str
+    evidence: tuple[str, ...] = ()
+    severity: str = "error"  # "error" or "warning"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kb_id": self.kb_id,
+            "summary": self.summary,
+            "evidence": list(self.evidence),
+            "severity": self.severity,
+        }
+
+
+@dataclass
+class Outcome:
+    """What `run` returns. `details` must be JSON-serialisable (str, int, float, bool, None, lists
+    and dicts of those); it is the probe's measured data (matrices, timings, errors per case)."""
+
+    status: Status
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "summary": self.summary,
+            "details": self.details,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def passed(summary: str, **details: Any) -> Outcome:
+    return Outcome(Status.PASS, summary, dict(details))
+
+
+def skipped(reason: str, **details: Any) -> Outcome:
+    if not reason:
+        raise ValueError("a skip must carry its reason")
+    return Outcome(Status.SKIPPED, reason, dict(details))
+
+
+@dataclass
+class ProbeContext:
+    """Everything a probe's workload needs. `device` is a torch device string ("cuda:0", "cpu",
+    or a custom backend such as "privateuseone:0"); the same workload runs on any of them."""
+
+    torch: Any  # the imported torch module
+    device: str
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. {"attn_shape": [B, H, N, D]}
+    memory_budget_bytes: int = 512 << 20
+    log: Callable[[str], None] = lambda message: None  # free-form notes for the stderr tail
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def sync(self) -> None:
+        """Synchronise the device so that asynchronous errors surface inside the probe."""
+        if self.is_cuda:
+            self.torch.cuda.synchronize(self.device)
+
+
+def error_text(exc: BaseException) -> str:
+    """The exception as a user would paste it: type name and message, first line kept exact."""
+    return f"{type(exc).__name__}: {exc}".strip()

@@ -1,0 +1,1 @@
+"""gpudoctor.reports: the report model, its JSON schema, renderers and redaction."""

@@ -103,7 +103,10 @@ def explain(
 
 
 @app.command(name="list")
-def list_entries(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_entries(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (the README index)."),
+) -> None:
     """List the knowledge-base ids and titles."""
     from gpudoctor import kb
     from gpudoctor.explain import list_json
@@ -114,6 +117,10 @@ def list_entries(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         _fail(f"the knowledge base is damaged: {exc}")
     if as_json:
         sys.stdout.write(list_json(entries) + "\n")
+        return
+    if markdown:
+        rows = ["| `%s` | %s |" % (e.id, e.title.replace("|", "\\|")) for e in entries]
+        sys.stdout.write("\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n")
         return
     from rich.table import Table
 

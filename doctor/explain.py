@@ -86,11 +86,24 @@ def render_matches(matches: tuple[Match, ...], console: Console) -> None:
     console.print(table)
 
 
+def _lexer(name: str):
+    """The two lexers patches use, imported directly: looking a lexer up by name loads
+    Pygments' whole lexer registry, which costs more start-up than the rest of `explain ID`."""
+    if name == "diff":
+        from pygments.lexers.diff import DiffLexer
+
+        return DiffLexer()
+    if name == "python":
+        from pygments.lexers.python import PythonLexer
+
+        return PythonLexer()
+    return name
+
+
 def render_entry(entry: Entry, console: Console, match: Match | None = None) -> None:
     """An entry in full: what, why, fix, patch (highlighted), safety, corrections, references."""
     from rich.markup import escape
     from rich.rule import Rule
-    from rich.syntax import Syntax
 
     console.print(Rule(f"[bold]{escape(entry.title)}[/]  [dim]({entry.id})[/]", align="left"))
     console.print(escape(entry.what))
@@ -112,8 +125,14 @@ def render_entry(entry: Entry, console: Console, match: Match | None = None) -> 
     console.print()
     safety = entry.applicability + (f": {entry.fix_safety}" if entry.fix_safety else "")
     console.print(f"[bold]Patch[/] [dim]({escape(safety)})[/]")
-    console.print(Syntax(entry.patch, entry.patch_lang, theme="ansi_dark", background_color="default",
-                         word_wrap=True))
+    if console.color_system is None:
+        # No colour (a pipe, a file, NO_COLOR): highlighting would be thrown away, skip the lexer.
+        console.print(escape(entry.patch), soft_wrap=True)
+    else:
+        from rich.syntax import Syntax
+
+        console.print(Syntax(entry.patch, _lexer(entry.patch_lang), theme="ansi_dark",
+                             background_color="default", word_wrap=True))
     if entry.corrections:
         console.print()
         console.print("[bold]Corrections to the field notes[/]")

@@ -35,7 +35,7 @@ import functools
 import re
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
+import os
 from typing import Any
 
 APPLICABILITY = ("safe", "unsafe", "display-only")
@@ -50,11 +50,18 @@ class KnowledgeBaseError(ValueError):
 @dataclass(frozen=True)
 class Pattern:
     name: str
-    regex: re.Pattern[str]
+    source: str  # the regex text; compiled on first use so `explain ID` does not pay for all of them
     keyword: str
     weight: float
     role: str
     ignore_case: bool = False
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        try:
+            return re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
+        except re.error as exc:
+            raise KnowledgeBaseError(f"pattern {self.name!r}: bad regex: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,9 @@ def _strings(data: dict[str, Any], key: str, where: str, *, default: list[str] |
     return tuple(value)
 
 
-def parse_entry(data: dict[str, Any], where: str) -> Entry:
-    """Validate one entry's TOML table and build an Entry; raises KnowledgeBaseError."""
+def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
+    """Validate one entry's TOML table and build an Entry; raises KnowledgeBaseError. Loading for
+    the CLI skips compiling the regexes (they compile on first use); the tests compile them all."""
     entry_id = _req(data, "id", str, where)
     if not ID_RE.match(entry_id):
         raise KnowledgeBaseError(f"{where}: id {entry_id!r} is not kebab-case")
@@ -142,14 +150,16 @@ def parse_entry(data: dict[str, Any], where: str) -> Entry:
         keyword = _req(p, "keyword", str, pw)
         if not keyword or (ignore_case and keyword != keyword.lower()):
             raise KnowledgeBaseError(f"{pw}: keyword must be a non-empty literal (lower-case with ignore_case)")
-        try:
-            regex = re.compile(_req(p, "regex", str, pw), re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
-            raise KnowledgeBaseError(f"{pw}: bad regex: {exc}") from None
         weight = float(_req(p, "weight", (int, float), pw))  # type: ignore[arg-type]
         if not 0.0 < weight <= 1.0:
             raise KnowledgeBaseError(f"{pw}: weight must be in (0, 1]")
-        patterns.append(Pattern(_req(p, "name", str, pw), regex, keyword, weight, role, ignore_case))
+        pattern = Pattern(_req(p, "name", str, pw), _req(p, "regex", str, pw), keyword, weight, role, ignore_case)
+        if compile_patterns:
+            try:
+                pattern.regex
+            except KnowledgeBaseError as exc:
+                raise KnowledgeBaseError(f"{pw}: {exc}") from None
+        patterns.append(pattern)
     if not any(p.role == "anchor" for p in patterns):
         raise KnowledgeBaseError(f"{where}: needs at least one anchor pattern")
 
@@ -202,25 +212,36 @@ def _reflow(text: str) -> str:
     return "\n\n".join(p for p in paragraphs if p)
 
 
-def _entry_files() -> list[Any]:
-    folder = resources.files("gpudoctor.knowledge")
-    return sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
+# The entries ship as package data beside this module (importlib.resources would cost more
+# start-up time than the whole lookup).
+_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "knowledge")
+
+
+def _entry_files() -> list[str]:
+    try:
+        names = os.listdir(_FOLDER)
+    except OSError as exc:
+        raise KnowledgeBaseError(f"cannot read the knowledge base at {_FOLDER}: {exc.strerror}") from None
+    return sorted(os.path.join(_FOLDER, n) for n in names if n.endswith(".toml"))
+
+
+def _load_file(path: str) -> Entry:
+    name = os.path.basename(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise KnowledgeBaseError(f"{name}: {exc}") from None
+    entry = parse_entry(data, name, compile_patterns=False)
+    if name != f"{entry.id}.toml":
+        raise KnowledgeBaseError(f"{name}: file name must be {entry.id}.toml")
+    return entry
 
 
 @functools.lru_cache(maxsize=1)
 def load_all() -> tuple[Entry, ...]:
     """Every entry, sorted by id. Raises KnowledgeBaseError on the first malformed file."""
-    entries = []
-    for f in _entry_files():
-        try:
-            data = tomllib.loads(f.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise KnowledgeBaseError(f"{f.name}: {exc}") from None
-        entry = parse_entry(data, f.name)
-        if f.name != f"{entry.id}.toml":
-            raise KnowledgeBaseError(f"{f.name}: file name must be {entry.id}.toml")
-        entries.append(entry)
-    return tuple(entries)
+    return tuple(_load_file(f) for f in _entry_files())
 
 
 @functools.lru_cache(maxsize=1)
@@ -235,7 +256,13 @@ def _index() -> dict[str, Entry]:
 
 def load_entry(name: str) -> Entry | None:
     """The entry whose id or alias is `name` (case-insensitive), or None."""
-    return _index().get(name.strip().casefold())
+    key = name.strip().casefold()
+    if ID_RE.match(key):
+        # Fast path for an exact id: read that one file instead of the whole knowledge base.
+        path = os.path.join(_FOLDER, f"{key}.toml")
+        if os.path.isfile(path):
+            return _load_file(path)
+    return _index().get(key)
 
 
 def suggest(name: str, limit: int = 3) -> list[str]:

@@ -1,0 +1,368 @@
+"""The `fp8-matmul` probe: does `torch._scaled_mm` work here, and which FP8 layout rules does it enforce?
+
+The probe runs one aligned, correct FP8 matmul (mat1 row-major, mat2 column-major, float32 scalar
+scales, an explicit `out_dtype`) and checks it against a float64 reference of the dequantised inputs.
+It then breaks the rules one at a time (a dimension not divisible by 16, a row-major mat2, a
+transposed mat1, a storage offset off the 16-byte grid, fp16 or (M,)-shaped scales, no `out_dtype`)
+and records, per case, what this torch on this device really does: the exact error, a bare cuBLASLt
+status, a silently accepted call with correct numbers, or wrong numbers. Every case is also run on
+the `meta` device, which holds the contract that torch.compile and fake tensors enforce: eager
+kernels (the CPU one above all) accept layouts that the compiled path rejects.
+
+Worker-side module: standard library only at import; torch arrives as `ctx.torch`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.probes.base import (
+    Finding,
+    Outcome,
+    ProbeContext,
+    ProbeSpec,
+    Status,
+    error_text,
+    skipped,
+)
+
+SPEC = ProbeSpec(
+    id="fp8-matmul",
+    title="FP8 matmul (torch._scaled_mm) and its layout rules",
+    timeout_s=60.0,
+    emits=("fp8-layout", "fp8-unsupported-gpu"),
+    needs=("torch",),
+    gpu_memory_mib=64,
+    description=(
+        "Runs torch._scaled_mm on aligned FP8 inputs against a dequantised reference, then breaks "
+        "each layout rule once and records the exact error, cuBLASLt status or wrong result."
+    ),
+)
+
+# Small on purpose: every dimension a multiple of 16, M deliberately different from N and K so a
+# swapped operand cannot pass by accident.
+M, K, N = 32, 64, 48
+UNALIGNED = 40  # a multiple of 8 but not of 16
+OFFSET_BYTES = 8  # float8 elements are one byte: 8 elements put mat1 off the 16-byte grid
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) and newer have FP8 tensor cores
+CAPABILITY_MESSAGE = "is only supported on CUDA devices with compute capability"
+
+# Worst error relative to the largest reference value that still counts as correct, per output dtype.
+_TOLERANCE = {"float32": 1e-3, "bfloat16": 1.6e-2, "float16": 4e-3}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of `torch._scaled_mm`: the correct one, or one that breaks exactly one rule."""
+
+    name: str
+    rule: str  # the rule the case breaks; empty for the correct control cases
+    fix: str
+    m: int = M
+    k: int = K
+    n: int = N
+    mat1: str = "row-major"  # "row-major" | "transposed" | "offset"
+    mat2: str = "col-major"  # "col-major" | "row-major"
+    scale: str = "scalar-fp32"  # "scalar-fp32" | "scalar-fp16" | "vector-m"
+    out_dtype: str | None = "bfloat16"
+
+
+CASES: tuple[Case, ...] = (
+    Case("aligned", "", ""),
+    Case("m-not-16", "", "", m=30),  # control: M needs no alignment
+    Case(
+        "k-not-16",
+        "K (mat1's trailing dimension) must be divisible by 16",
+        "pad K with zeros to a multiple of 16 in both operands "
+        "(torch.nn.functional.pad(a, (0, pad)) and the matching rows of mat2): zeros leave the "
+        "product unchanged",
+        k=UNALIGNED,
+    ),
+    Case(
+        "n-not-16",
+        "both dimensions of mat2 (K and N) must be divisible by 16",
+        "pad N with zeros to a multiple of 16 and slice the output back to N columns",
+        n=UNALIGNED,
+    ),
+    Case(
+        "mat2-row-major",
+        "mat2 must be column-major",
+        "b = b.t().contiguous().t() (same values, column-major strides)",
+        mat2="row-major",
+    ),
+    Case(
+        "mat1-transposed",
+        "mat1 must be row-major and contiguous (not a transposed view)",
+        "a = a.contiguous()",
+        mat1="transposed",
+    ),
+    Case(
+        "mat1-storage-offset",
+        "operands must start on a 16-byte-aligned address",
+        "a = a.clone() (.contiguous() returns the same misaligned view when it is already "
+        "contiguous)",
+        mat1="offset",
+    ),
+    Case(
+        "scale-fp16",
+        "tensor-wise scales must be float32 scalars",
+        "scale_a = scale_a.float(); scale_b = scale_b.float()",
+        scale="scalar-fp16",
+    ),
+    Case(
+        "scale-shape-m",
+        "scale_a must be a float32 scalar (tensor-wise) or (M, 1) together with a (1, N) scale_b "
+        "(row-wise)",
+        "scale_a = scale_a.reshape(M, 1) with scale_b of shape (1, N), or one scalar per tensor",
+        scale="vector-m",
+    ),
+    Case(
+        "no-out-dtype",
+        "pass out_dtype: without it the result is float8 (or a cuBLASLt error on some builds)",
+        "torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)",
+        out_dtype=None,
+    ),
+)
+
+
+def run(ctx: ProbeContext) -> Outcome:
+    torch = ctx.torch
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return skipped(f"torch {torch.__version__} has no torch._scaled_mm / float8_e4m3fn")
+
+    details: dict[str, Any] = {"shape_mkn": [M, K, N], "fp8_dtype": "float8_e4m3fn"}
+    findings: list[Finding] = []
+    capability = _capability(torch, ctx.device)
+    if capability is not None:
+        details["capability"] = f"{capability[0]}.{capability[1]}"
+    too_old = capability is not None and capability < MIN_CAPABILITY and not torch.version.hip
+
+    cases: list[dict[str, Any]] = []
+    poisoned = ""
+    for case in CASES:
+        entry: dict[str, Any] = {"case": case.name, "rule": case.rule, "fix": case.fix}
+        if poisoned:
+            entry["eager"] = {"outcome": "not-run", "reason": f"CUDA context poisoned: {poisoned}"}
+        else:
+            entry["eager"] = _attempt(torch, case, ctx.device, ctx.sync)
+            if "CUDA error" in entry["eager"].get("error", ""):
+                poisoned = entry["eager"]["error"].splitlines()[0]
+        entry["compile_contract"] = _attempt(torch, case, "meta", lambda: None)
+        cases.append(entry)
+    details["cases"] = cases
+    details["scaled_mm_v2"] = _try_v2(torch, ctx.device, ctx.sync)
+
+    aligned = cases[0]["eager"]
+    if too_old or CAPABILITY_MESSAGE in aligned.get("error", ""):
+        findings.append(
+            Finding(
+                "fp8-unsupported-gpu",
+                f"this GPU (compute capability {details.get('capability', '?')}) has no FP8 matmul; "
+                "torch._scaled_mm needs sm_89 (Ada) or sm_90 (Hopper) or newer",
+                evidence=tuple(
+                    filter(None, [f"capability {details.get('capability')}", aligned.get("error")])
+                ),
+                severity="warning",
+            )
+        )
+        status = Status.WARN
+        summary = f"FP8 matmul unsupported on {ctx.device} (capability {details.get('capability')})"
+    elif aligned["outcome"] != "correct":
+        findings.append(
+            Finding(
+                "fp8-layout",
+                "the aligned, correctly laid out FP8 matmul "
+                + ("failed" if aligned["outcome"] == "error" else "gave wrong numbers"),
+                evidence=_evidence(cases[0]),
+            )
+        )
+        status = Status.FAIL
+        summary = f"aligned torch._scaled_mm on {ctx.device}: {aligned['outcome']}"
+    else:
+        status, summary = Status.PASS, f"aligned torch._scaled_mm on {ctx.device} is correct"
+
+    # "tolerated" (eager and compiled paths both accept, numbers right) is no problem on this device.
+    notable = [c for c in cases if c["rule"] and _verdict(c) not in ("enforced", "tolerated")]
+    for c in cases:
+        c["verdict"] = _verdict(c) if c["rule"] else c["eager"]["outcome"]
+    if notable and status is Status.PASS:
+        status = Status.WARN
+        summary += (
+            f"; {len(notable)} of {sum(1 for c in cases if c['rule'])} FP8 layout rules are not "
+            "enforced with a clear error here"
+        )
+    if notable:
+        findings.append(
+            Finding(
+                "fp8-layout",
+                f"on {ctx.device}, torch._scaled_mm breaks these rules silently, with a bare cuBLASLt "
+                "status, or differently from torch.compile: "
+                + ", ".join(c["case"] for c in notable),
+                evidence=tuple(line for c in notable for line in _evidence(c)),
+                severity="warning",
+            )
+        )
+    return Outcome(status, summary, details, findings)
+
+
+def _capability(torch: Any, device: str) -> tuple[int, int] | None:
+    if not device.startswith("cuda"):
+        return None
+    return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+
+
+def _verdict(entry: dict[str, Any]) -> str:
+    """How a rule-breaking case fared eagerly: `enforced` (a clear torch error), `cryptic` (a
+    cuBLASLt status or CUDA error with no FP8 wording), `wrong` (numbers), `accepted` (correct
+    numbers although the compiled path rejects the call), `not-run`, or `tolerated` (both accept)."""
+    eager = entry["eager"]
+    if eager["outcome"] == "error":
+        return "cryptic" if eager.get("kind") in ("cublas-status", "cuda-error") else "enforced"
+    if eager["outcome"] == "wrong":
+        return "wrong"
+    if eager["outcome"] == "not-run":
+        return "not-run"
+    return "accepted" if entry["compile_contract"]["outcome"] == "error" else "tolerated"
+
+
+def _evidence(entry: dict[str, Any]) -> tuple[str, ...]:
+    eager, contract = entry["eager"], entry["compile_contract"]
+    head = f"{entry['case']}: {entry['rule'] or 'correct call'}"
+    if eager["outcome"] == "error":
+        got = f"eager raised {eager['error']}"
+    elif eager["outcome"] == "not-run":
+        got = f"eager not run ({eager['reason']})"
+    else:
+        got = (
+            f"eager returned {eager['out_dtype']} with relative error {eager['rel_error']:.3g} "
+            f"({eager['outcome']})"
+        )
+    lines = [head, f"  inputs: {eager.get('inputs', contract.get('inputs', ''))}", f"  {got}"]
+    lines.append(
+        "  torch.compile/meta: "
+        + (f"raises {contract['error']}" if contract["outcome"] == "error" else "accepts")
+    )
+    if entry["fix"]:
+        lines.append(f"  fix: {entry['fix']}")
+    return tuple(lines)
+
+
+def _build(torch: Any, case: Case, device: str) -> dict[str, Any]:
+    """The operands of one case, quantised on the CPU from a fixed seed, laid out on `device`."""
+    f8 = torch.float8_e4m3fn
+    gen = torch.Generator().manual_seed(8)
+    a_hp = torch.randn(case.m, case.k, generator=gen)
+    b_hp = torch.randn(case.n, case.k, generator=gen)  # mat2 as (N, K) rows: .t() is column-major
+    sa = float(a_hp.abs().max()) / FP8_MAX
+    sb = float(b_hp.abs().max()) / FP8_MAX
+    a_q = (a_hp / sa).to(f8)
+    b_q = (b_hp / sb).to(f8)
+
+    # The layout is made on the target device: moving a strided view copies it into a fresh,
+    # contiguous, aligned tensor and would erase the very defect under test.
+    if case.mat1 == "transposed":
+        a = a_q.t().contiguous().to(device).t()
+    elif case.mat1 == "offset":
+        flat = torch.cat([torch.zeros(OFFSET_BYTES, dtype=torch.uint8), a_q.view(torch.uint8).flatten()])
+        a = flat.to(device).view(f8)[OFFSET_BYTES:].view(case.m, case.k)
+    else:
+        a = a_q.to(device)
+    b_cm = b_q.to(device).t()
+    b = b_cm.contiguous() if case.mat2 == "row-major" else b_cm
+
+    if case.scale == "scalar-fp16":
+        scale_a = torch.tensor(sa, dtype=torch.float16)
+        scale_b = torch.tensor(sb, dtype=torch.float16)
+    elif case.scale == "vector-m":
+        scale_a = torch.full((case.m,), sa, dtype=torch.float32)
+        scale_b = torch.tensor(sb, dtype=torch.float32)
+    else:
+        scale_a = torch.tensor(sa, dtype=torch.float32)
+        scale_b = torch.tensor(sb, dtype=torch.float32)
+    kwargs = {} if case.out_dtype is None else {"out_dtype": getattr(torch, case.out_dtype)}
+    return {
+        "a": a,
+        "b": b,
+        "scale_a": scale_a.to(device),
+        "scale_b": scale_b.to(device),
+        "kwargs": kwargs,
+        "a_q": a_q,
+        "b_q": b_q.t(),
+    }
+
+
+def _describe(ops: dict[str, Any]) -> str:
+    a, b, sa, sb = ops["a"], ops["b"], ops["scale_a"], ops["scale_b"]
+    out = ops["kwargs"].get("out_dtype")
+    return (
+        f"mat1 {tuple(a.shape)} stride {tuple(a.stride())} offset {a.storage_offset()}; "
+        f"mat2 {tuple(b.shape)} stride {tuple(b.stride())}; "
+        f"scale_a {str(sa.dtype).replace('torch.', '')} {tuple(sa.shape)}, "
+        f"scale_b {str(sb.dtype).replace('torch.', '')} {tuple(sb.shape)}; "
+        f"out_dtype {str(out).replace('torch.', '') if out is not None else 'omitted'}"
+    )
+
+
+def _attempt(torch: Any, case: Case, device: str, sync: Any) -> dict[str, Any]:
+    try:
+        ops = _build(torch, case, device)
+    except Exception as exc:  # the device cannot even hold the operands (e.g. no float8 copy)
+        return {"outcome": "error", "error": error_text(exc), "kind": "setup"}
+    result: dict[str, Any] = {"inputs": _describe(ops)}
+    try:
+        out = torch._scaled_mm(ops["a"], ops["b"], ops["scale_a"], ops["scale_b"], **ops["kwargs"])
+        sync()
+    except Exception as exc:
+        text = error_text(exc)
+        result.update(outcome="error", error=text, kind=_error_kind(text))
+        return result
+    result["out_dtype"] = str(out.dtype).replace("torch.", "")
+    if device == "meta":
+        result["outcome"] = "ok"
+        return result
+
+    sa = ops["scale_a"].double().cpu()
+    sa = sa.reshape(-1, 1) if sa.dim() == 1 else sa
+    ref = (ops["a_q"].double() * sa) @ (ops["b_q"].double() * ops["scale_b"].double().cpu())
+    got = out.double().cpu()
+    if tuple(got.shape) != tuple(ref.shape):
+        result.update(outcome="wrong", rel_error=float("inf"), note=f"shape {tuple(got.shape)}")
+        return result
+    rel = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    # Without out_dtype the user still expects bf16-quality numbers: judge against that.
+    tol = _TOLERANCE.get(case.out_dtype or "bfloat16", _TOLERANCE["bfloat16"])
+    result.update(rel_error=rel, outcome="correct" if rel <= tol else "wrong", tolerance=tol)
+    return result
+
+
+def _error_kind(text: str) -> str:
+    if "CUBLAS_STATUS" in text:
+        return "cublas-status"
+    if "CUDA error" in text:
+        return "cuda-error"
+    if "cuBLASLt" in text:
+        return "cublaslt-layout"
+    return "torch-check"
+
+
+def _try_v2(torch: Any, device: str, sync: Any) -> dict[str, Any]:
+    """The v2 API (`torch.nn.functional.scaled_mm` with ScalingType recipes) on the aligned case."""
+    fn = getattr(torch.nn.functional, "scaled_mm", None)
+    recipes = getattr(torch.nn.functional, "ScalingType", None)
+    if fn is None or recipes is None:
+        return {"present": False}
+    ops = _build(torch, CASES[0], device)
+    tensorwise = recipes.TensorWise
+    try:
+        out = fn(ops["a"], ops["b"], ops["scale_a"], tensorwise, ops["scale_b"], tensorwise,
+                 output_dtype=torch.bfloat16)
+        sync()
+    except Exception as exc:
+        return {"present": True, "outcome": "error", "error": error_text(exc)}
+    ref = (ops["a_q"].double() * ops["scale_a"].double().cpu()) @ (
+        ops["b_q"].double() * ops["scale_b"].double().cpu()
+    )
+    rel = float((out.double().cpu() - ref).abs().max() / ref.abs().max())
+    ok = rel <= _TOLERANCE["bfloat16"]
+    return {"present": True, "outcome": "correct" if ok else "wrong", "rel_error": rel}

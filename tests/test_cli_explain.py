@@ -1,0 +1,169 @@
+"""`gpudoctor explain` and `gpudoctor list` through typer's CliRunner: every exit code, the JSON
+contract, and bad input (one line, exit 2, no traceback)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from gpudoctor.cli import app
+from gpudoctor.explain import EXPLAIN_SCHEMA_VERSION
+
+runner = CliRunner()
+MISALIGNED = "RuntimeError: CUDA error: misaligned address\n"
+
+
+def invoke(*args, input=None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def test_explain_by_id_shows_the_entry():
+    r = invoke("explain", "misaligned-address")
+    assert r.exit_code == 0, r.output
+    for part in ("misaligned address", "Why", "Fix", "Patch", "References", ".contiguous()"):
+        assert part in r.output
+
+
+def test_explain_by_alias_is_case_insensitive():
+    r = invoke("explain", "--json", "CUDAERRORMISALIGNEDADDRESS")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["entry"]["id"] == "misaligned-address" and data["matches"] == []
+
+
+def test_explain_text_json_contract():
+    r = invoke("explain", "--json", MISALIGNED)
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["schema_version"] == EXPLAIN_SCHEMA_VERSION
+    best = data["matches"][0]
+    assert best["id"] == "misaligned-address"
+    assert 0 < best["confidence"] <= 1
+    assert any("misaligned address" in e for e in best["evidence"])
+    assert data["entry"]["id"] == "misaligned-address"
+
+
+def test_explain_text_human_output_ranks_and_shows_the_best_entry():
+    r = invoke("explain", MISALIGNED)
+    assert r.exit_code == 0
+    assert "Known failures" in r.output and "misaligned-address" in r.output and "Fix" in r.output
+
+
+def test_nothing_matched_exits_1_with_a_scan_hint():
+    r = invoke("explain", "the quick brown fox jumps over the lazy dog")
+    assert r.exit_code == 1
+    assert "gpudoctor scan" in r.stderr
+
+
+def test_nothing_matched_json_has_empty_matches():
+    r = invoke("explain", "--json", "the quick brown fox")
+    assert r.exit_code == 1
+    assert json.loads(r.stdout) == {"schema_version": EXPLAIN_SCHEMA_VERSION, "matches": [], "entry": None}
+
+
+def test_unknown_id_like_word_gets_did_you_mean_and_exit_2():
+    r = invoke("explain", "misalignd-adress")
+    assert r.exit_code == 2
+    assert "did you mean" in r.stderr and "misaligned-address" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_stdin_dash():
+    r = invoke("explain", "--json", "-", input=MISALIGNED)
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["matches"][0]["id"] == "misaligned-address"
+
+
+def test_file_option(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("INFO starting\nWARNING: something benign\n" * 1000 + MISALIGNED)
+    r = invoke("explain", "--json", "--file", str(log))
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["matches"][0]["id"] == "misaligned-address"
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: None, "cannot read"),  # missing file
+    (lambda p: p.mkdir(), "directory"),
+    (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 40), "binary"),
+    (lambda p: p.write_bytes(b""), "empty"),
+    (lambda p: p.write_text("   \n\n  \n"), "empty"),
+])
+def test_bad_files_give_one_line_and_exit_2(tmp_path, setup, message):
+    path = tmp_path / "input"
+    setup(path)
+    r = invoke("explain", "--file", str(path))
+    assert r.exit_code == 2
+    assert message in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read a chmod 000 file")
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "secret.log"
+    path.write_text(MISALIGNED)
+    path.chmod(0)
+    r = invoke("explain", "--file", str(path))
+    assert r.exit_code == 2 and "cannot read" in r.stderr
+
+
+def test_binary_stdin_and_empty_stdin():
+    assert invoke("explain", "-", input=b"\x00\x01\x02garbage\xff" * 100).exit_code == 2
+    r = invoke("explain", "-", input="")
+    assert r.exit_code == 2 and "empty" in r.stderr
+
+
+def test_usage_errors_exit_2():
+    assert invoke("explain").exit_code == 2
+    assert invoke("explain", "x", "--file", "y").exit_code == 2
+    assert invoke("explain", "--no-such-option").exit_code == 2
+
+
+def test_input_file_is_not_modified(tmp_path):
+    log = tmp_path / "keep.log"
+    log.write_text(MISALIGNED)
+    before = (log.read_bytes(), log.stat().st_mtime_ns)
+    invoke("explain", "--file", str(log))
+    assert (log.read_bytes(), log.stat().st_mtime_ns) == before
+
+
+def test_log_over_100_mb_reads_the_tail_in_bounded_memory(tmp_path):
+    log = tmp_path / "huge.log"
+    line = b"INFO " + b"x" * 1019 + b"\n"
+    with open(log, "wb") as f:
+        f.write(MISALIGNED.replace("misaligned", "illegal memory access / misaligned").encode())  # in the skipped head
+        f.write(line * (105 * 1024))  # 105 MiB of noise
+        f.write(b"RuntimeError: CUDA error: misaligned address\n")
+    code = ("import resource, sys; from gpudoctor.cli import main; sys.argv=['gpudoctor','explain','--json','--file',sys.argv[1]];\n"
+            "try:\n main()\nexcept SystemExit as e:\n print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'EXIT', e.code, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=120)
+    data = json.loads(proc.stdout)
+    assert data["matches"][0]["id"] == "misaligned-address"
+    rss_kib = int(proc.stderr.split("RSS")[1].split()[0])
+    assert rss_kib < 200 * 1024, f"explain used {rss_kib} KiB for a 105 MiB log"
+
+
+def test_list_text_and_json():
+    r = invoke("list")
+    assert r.exit_code == 0 and "misaligned-address" in r.output
+    data = json.loads(invoke("list", "--json").stdout)
+    ids = [e["id"] for e in data["entries"]]
+    assert "misaligned-address" in ids and ids == sorted(ids)
+
+
+def test_explain_never_imports_torch():
+    code = ("import sys; from gpudoctor.cli import main; sys.argv=['gpudoctor','explain','--json','misaligned-address'];\n"
+            "try:\n main()\nexcept SystemExit:\n pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip().endswith("NO-TORCH"), proc.stderr
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "--json", "misaligned"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["entry"]["id"] == "misaligned-address"

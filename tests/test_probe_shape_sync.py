@@ -1,0 +1,76 @@
+"""Tests for the `shape-sync` probe: real op counts and timings on the CPU, the status rule, and the
+CUDA sync counting where a GPU exists."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpudoctor.probes import shape_sync  # noqa: E402
+from gpudoctor.probes.base import ProbeContext, Status  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cpu_outcome():
+    return shape_sync.run(ProbeContext(torch=torch, device="cpu"))
+
+
+def test_counts_ops_and_conversions_on_cpu(cpu_outcome):
+    v = cpu_outcome.details["variants"]
+    # Field note 000's original: two multiplications on tensors, one int() at the end.
+    assert v["tensor-arithmetic"]["calls"] == ["mul", "mul", "__int__"]
+    assert (v["tensor-arithmetic"]["tensor_ops"], v["tensor-arithmetic"]["host_conversions"]) == (2, 1)
+    # Its fix converts every value: three conversions, i.e. three syncs on CUDA instead of one.
+    assert (v["int-each"]["tensor_ops"], v["int-each"]["host_conversions"]) == (0, 3)
+    assert v["python-ints"]["calls"] == []
+    expected = shape_sync.SHAPE[0] * shape_sync.SHAPE[1] * shape_sync.SHAPE[2]
+    assert all(e["value"] == expected and e["correct"] for e in v.values())
+    assert "syncs" not in v["tensor-arithmetic"]  # there is no device sync on the CPU
+
+
+def test_timings_are_measured(cpu_outcome):
+    v = cpu_outcome.details["variants"]
+    assert all(e["per_call_us"] > 0 for e in v.values())
+    # Dispatching two tensor ops cannot be cheaper than one Python multiplication chain.
+    assert v["tensor-arithmetic"]["per_call_us"] > v["python-ints"]["per_call_us"]
+
+
+def test_status_follows_measured_cost(cpu_outcome):
+    extra = cpu_outcome.details["extra_us_per_call"]
+    if extra >= shape_sync.REAL_COST_US:
+        assert cpu_outcome.status is Status.WARN
+        assert [f.kb_id for f in cpu_outcome.findings] == ["misaligned-address"]
+        assert "does not cause a misaligned address" in cpu_outcome.findings[0].summary
+    else:
+        assert cpu_outcome.status is Status.PASS and cpu_outcome.findings == []
+        assert "no sync" in cpu_outcome.summary
+    assert "tensor arithmetic" in cpu_outcome.summary
+    json.dumps(cpu_outcome.to_dict())
+
+
+def test_note_states_the_measurable_claim(cpu_outcome):
+    note = cpu_outcome.details["note"]
+    assert "cannot itself cause a misaligned address" in note
+    assert "int() line" in note
+
+
+def test_count_calls_sees_item():
+    t = torch.tensor(3.0)
+    counted = shape_sync.count_calls(torch, lambda: (t + 1).item())
+    assert counted == {"calls": ["add", "item"], "tensor_ops": 1, "host_conversions": 1}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_counts_syncs_and_restores_debug_mode():
+    before = torch.cuda.get_sync_debug_mode()
+    outcome = shape_sync.run(ProbeContext(torch=torch, device="cuda:0"))
+    assert torch.cuda.get_sync_debug_mode() == before
+    v = outcome.details["variants"]
+    assert v["tensor-arithmetic"]["syncs"] >= 1
+    assert v["int-each"]["syncs"] >= 3
+    assert v["python-ints"]["syncs"] == 0
+    assert outcome.status is Status.WARN
+    assert v["tensor-arithmetic"]["blocked_behind_queue_ms"] > v["python-ints"]["blocked_behind_queue_ms"]

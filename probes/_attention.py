@@ -1,0 +1,169 @@
+"""Shared pieces of the attention probes: capturing what a kernel says when it refuses, comparing
+outputs against a reference, and classifying the error texts attention kernels raise.
+
+Worker-side code: standard library only; torch arrives as an argument, never imported here.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import logging
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+# TORCH_WARN appends the C++ location; it differs between builds and says nothing to a user.
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+
+# Per-dtype absolute tolerances for outputs whose magnitude is about 1 (attention over randn values
+# is a convex combination of them). Low-precision kernels accumulate in fp32 but round inputs and
+# outputs; backward sums over the sequence, so it gets a looser bound.
+FWD_TOL = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-8}
+BWD_TOL = {"float16": 4e-2, "bfloat16": 1.5e-1, "float32": 5e-4, "float64": 1e-7}
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def clean_message(text: str) -> str:
+    """A warning or error text without the build-specific C++ location TORCH_WARN appends."""
+    return _TRIGGERED.sub("", str(text)).strip()
+
+
+@dataclass
+class Captured:
+    """Everything a call said besides its return value: warnings, log records, stderr."""
+
+    warnings: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    stderr: str = ""
+
+    @property
+    def texts(self) -> list[str]:
+        return [*self.warnings, *self.logs, *([self.stderr] if self.stderr.strip() else [])]
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def capture(loggers: tuple[str, ...] = (), stderr: bool = False) -> Iterator[Captured]:
+    """Record warnings (each one, not once per location), records of the named loggers and,
+    optionally, Python-level stderr, so that a refusal's reasons become evidence."""
+    got = Captured()
+    handler = _ListHandler(got.logs)
+    attached = [logging.getLogger(name) for name in loggers]
+    for logger in attached:
+        logger.addHandler(handler)
+    buffer = io.StringIO()
+    try:
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            with contextlib.redirect_stderr(buffer) if stderr else contextlib.nullcontext():
+                yield got
+    finally:
+        for logger in attached:
+            logger.removeHandler(handler)
+        got.warnings.extend(clean_message(r.message) for r in records)
+        got.categories.extend(r.category.__name__ for r in records)
+        got.stderr = buffer.getvalue()
+
+
+def refusal_reasons(messages: list[str]) -> list[str]:
+    """The reasons out of SDPA's refusal warnings. The CPU path warns the header ("Flash attention
+    kernel not used because:") and each reason separately; CUDA builds may join them."""
+    reasons = []
+    for text in messages:
+        text = clean_message(text)
+        if not text or "numpy" in text.lower():
+            continue
+        head, sep, rest = text.partition("not used because:")
+        if sep and not rest.strip():
+            continue
+        reasons.append(rest.strip() if sep else text)
+    return reasons
+
+
+def max_abs_error(torch: Any, out: Any, ref: Any) -> float:
+    """Largest elementwise difference in fp32; NaN or inf anywhere counts as infinitely wrong."""
+    diff = (out.detach().float() - ref.detach().float()).abs()
+    if not bool(torch.isfinite(diff).all()):
+        return float("inf")
+    return float(diff.max().item()) if diff.numel() else 0.0
+
+
+def free(torch: Any, device: str) -> None:
+    """Return what the probe held: collect cycles and give cached CUDA blocks back."""
+    gc.collect()
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# Texts every attention probe may meet, most specific first. The knowledge base's matcher is the
+# authority for `explain`; this short list lets a probe name its finding without importing it.
+_KERNEL_ERRORS: tuple[tuple[str, str], ...] = (
+    ("no kernel image is available", "no-kernel-image"),
+    ("misaligned address", "misaligned-address"),
+    ("illegal memory access", "illegal-memory-access"),
+    ("device-side assert", "device-side-assert"),
+    ("out of memory", "cuda-oom"),
+    ("no available kernel", "sdpa-no-kernel"),
+)
+
+
+# What classify_kernel_error may return: every probe using it lists these in its SPEC.emits.
+KERNEL_ERROR_IDS = tuple(dict.fromkeys(kb for _, kb in _KERNEL_ERRORS))
+
+
+def classify_kernel_error(text: str) -> str | None:
+    """The knowledge-base id for a generic CUDA/SDPA failure text, or None."""
+    low = text.lower()
+    for needle, kb_id in _KERNEL_ERRORS:
+        if needle in low:
+            return kb_id
+    return None
+
+
+def is_cuda_error(text: str) -> bool:
+    """A CUDA runtime error poisons the context: later launches in this worker are meaningless."""
+    return "CUDA error" in text or "AcceleratorError" in text
+
+
+def reference_attention(torch: Any, q: Any, k: Any, v: Any, *, causal: bool = False,
+                        attn_mask: Any = None) -> Any:
+    """Attention written out in fp32 (B, H, N, D), independent of every SDPA backend, so that a
+    backend is never checked against itself. Key/value heads are repeated for GQA."""
+    q, k, v = q.float(), k.float(), v.float()
+    if k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal:
+        n, m = scores.shape[-2], scores.shape[-1]
+        keep = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    return scores.softmax(dim=-1) @ v

@@ -1,0 +1,85 @@
+"""Tests of the cuda-runtime probe: the text classifier on torch's real messages, the
+CUDA_VISIBLE_DEVICES check, the timed workload on the CPU, and the verdicts a CPU-only torch gets."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpudoctor.probes import cuda_runtime
+from gpudoctor.probes.base import ProbeContext, Status
+
+# Real texts: torch/cuda/__init__.py, c10/cuda (REFERENCE.md section 7) and user reports.
+DRIVER_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). "
+              "Please update your GPU driver by downloading and installing a new version from the URL: "
+              "http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to "
+              "install a PyTorch version that has been compiled with your version of the CUDA driver.")
+NO_IMAGE = ("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")
+NO_DRIVER = ("Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed "
+             "a driver from http://www.nvidia.com/Download/index.aspx")
+UNKNOWN = ("CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, "
+           "e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available "
+           "devices to be zero.")
+
+
+@pytest.mark.parametrize("text, kb_id", [
+    (DRIVER_OLD, "driver-too-old"),
+    (NO_IMAGE, "no-kernel-image"),
+    (NO_DRIVER, "cuda-unavailable"),
+    (UNKNOWN, "cuda-unavailable"),
+    ("AssertionError: Torch not compiled with CUDA enabled", "cuda-unavailable"),
+    ("RuntimeError: CUDA error: out of memory", None),
+])
+def test_classify_real_texts(text, kb_id):
+    assert cuda_runtime.classify(text) == kb_id
+
+
+@pytest.mark.parametrize("value, hides", [
+    (None, False), ("0", False), ("0,1", False), ("GPU-8f2c1a", False),
+    ("", True), ("-1", True), ("abc", True), ("-1,0", True),
+])
+def test_visible_devices(value, hides):
+    assert (cuda_runtime.visible_devices_problem(value) is not None) == hides
+
+
+def test_workload_runs_and_checks_its_result_on_cpu():
+    got = cuda_runtime.run_steps(torch, "cpu", n=1000)
+    assert got["correct"] and got["result"] == 1000 * 999 / 2
+    assert set(got["steps_ms"]) == {"allocate", "launch", "synchronize", "free"}
+    assert all(v >= 0 for v in got["steps_ms"].values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the verdict of a torch without CUDA")
+def test_cpu_only_torch_fails_when_a_gpu_scan_was_asked():
+    out = cuda_runtime.run(ProbeContext(torch=torch, device="cpu", options={"requested_device": "cuda:0"}))
+    assert out.status is Status.FAIL
+    assert [f.kb_id for f in out.findings] == ["cuda-unavailable"]
+    assert "torch.version.cuda = None" in out.findings[0].evidence
+    # No option at all means the default scan, which targets the GPU.
+    assert cuda_runtime.run(ProbeContext(torch=torch, device="cpu")).status is Status.FAIL
+
+
+def test_explicit_cpu_request_skips_with_reason():
+    out = cuda_runtime.run(ProbeContext(torch=torch, device="cpu", options={"requested_device": "cpu"}))
+    assert out.status is Status.SKIPPED and "CPU was requested" in out.summary
+    assert out.findings == []
+
+
+def test_hidden_devices_are_the_reason_when_the_build_has_cuda(monkeypatch):
+    fake_version = type("V", (), {"cuda": "12.8", "hip": None})
+    fake_cuda = type("C", (), {"is_available": staticmethod(lambda: False),
+                               "device_count": staticmethod(lambda: 0),
+                               "init": staticmethod(lambda: None)})
+    fake_torch = type("T", (), {"version": fake_version, "cuda": fake_cuda, "__version__": "2.8.0+cu128"})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    kb_id, reason, _ = cuda_runtime.why_unavailable(fake_torch)
+    assert kb_id == "cuda-unavailable" and "CUDA_VISIBLE_DEVICES" in reason
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_runtime_passes():
+    out = cuda_runtime.run(ProbeContext(torch=torch, device="cuda:0", options={"requested_device": "cuda:0"}))
+    assert out.status in (Status.PASS, Status.WARN), out.summary
+    assert out.details["correct"] and "context" in out.details["steps_ms"]

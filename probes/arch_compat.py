@@ -1,0 +1,400 @@
+"""Probe `arch-compat`: does this torch, and every CUDA extension installed beside it, carry code
+that runs on this GPU?
+
+Predicts "no kernel image is available for execution on the device" before any kernel launches.
+torch answers from `torch.cuda.get_arch_list()`; every other library answers from the fatbinary
+embedded in its shared objects (read by `gpudoctor.fatbin`, headers only): xformers, flash_attn
+(and its top-level `flash_attn_2_cuda*.so`), flash_attn_3, sageattention, bitsandbytes, torch's
+own `lib/libtorch_cuda*.so`, JIT-built torch extensions, and any other `*.so` under site-packages
+with a `.nv_fatbin` section. The scan is bounded in files and time.
+
+On a CUDA device it compares (SASS of the same major at or below the GPU's minor; PTX at or below
+the capability, by JIT; `a`/`f` variants only on their arch/family). Without one it cannot compare:
+it skips, listing for which GPUs each library has code.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+from gpudoctor import fatbin
+from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+
+SPEC = ProbeSpec(
+    id="arch-compat",
+    title="Architecture coverage: torch and CUDA extensions carry code for this GPU",
+    timeout_s=30.0,
+    emits=("no-kernel-image",),
+    per_device=True,
+    gpu_memory_mib=0,
+    description=(
+        "Reads torch's arch list and the fatbinary of every CUDA extension (xformers, flash_attn, "
+        "sageattention, bitsandbytes, torch extensions, ...) and predicts no-kernel-image."
+    ),
+)
+
+# Packages known to ship CUDA kernels, as glob patterns relative to a site-packages folder. Their
+# files are read whatever their size: only fatbin headers are read, never the payloads.
+KNOWN_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("xformers", "xformers/**"),
+    ("flash_attn", "flash_attn_2_cuda*.so"),
+    ("flash_attn", "flash_attn/**"),
+    ("flash_attn_3", "flash_attn_3/**"),
+    ("flash_attn_3", "flash_attn_3*.so"),
+    ("sageattention", "sageattention/**"),
+    ("sageattention", "_qattn*.so"),
+    ("bitsandbytes", "bitsandbytes/**"),
+)
+# NVIDIA's own runtime libraries (cuBLAS, cuDNN, NCCL...) ship for every arch and weigh gigabytes;
+# they are not what breaks when an extension was built for the wrong GPU.
+SKIP_DIRS = frozenset({"nvidia", "__pycache__", "triton", "site-packages.bak"})
+DEFAULTS: dict[str, Any] = {
+    "arch_compat_budget_s": 5.0,  # wall-clock budget for finding and reading binaries
+    "arch_compat_max_files": 4000,  # ELF files examined in the generic walk
+    "arch_compat_size_limit_mib": 256,  # generic walk: larger unknown files are listed, not read
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A shared object to read: its display name, path and the package it belongs to."""
+
+    label: str
+    path: str
+    package: str
+    unlimited: bool = True  # read whatever its size
+
+
+def _option(ctx: ProbeContext, key: str) -> Any:
+    return ctx.options.get(key, DEFAULTS.get(key))
+
+
+def site_roots() -> list[str]:
+    """The site-packages folders of this interpreter (the target environment)."""
+    import site
+
+    roots: list[str] = []
+    try:
+        roots.extend(site.getsitepackages())
+    except Exception:  # virtualenv's old site.py has no getsitepackages
+        pass
+    try:
+        roots.append(site.getusersitepackages())
+    except Exception:
+        pass
+    roots.extend(p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")))
+    return _existing_dirs(roots)
+
+
+def extension_dirs() -> list[str]:
+    """Where torch.utils.cpp_extension builds JIT extensions: TORCH_EXTENSIONS_DIR, else the
+    default under the cache folder."""
+    dirs = []
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        dirs.append(os.environ["TORCH_EXTENSIONS_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    dirs.append(os.path.join(cache, "torch_extensions"))
+    return _existing_dirs(dirs)
+
+
+def _existing_dirs(paths: Iterable[str]) -> list[str]:
+    out, seen = [], set()
+    for path in paths:
+        if not path or not os.path.isdir(path):
+            continue
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            out.append(path)
+    return out
+
+
+def _is_shared_object(name: str) -> bool:
+    return name.endswith(".so") or ".so." in name
+
+
+def _walk(top: str, max_depth: int) -> Iterator[str]:
+    """Shared objects under `top`, skipping NVIDIA's runtime folders and symlinked folders."""
+    base_depth = top.rstrip(os.sep).count(os.sep)
+    for dirpath, dirnames, filenames in os.walk(top):
+        depth = dirpath.count(os.sep) - base_depth
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if d not in SKIP_DIRS and not d.endswith((".dist-info", ".egg-info")) and depth < max_depth
+        )
+        for name in sorted(filenames):
+            if _is_shared_object(name):
+                yield os.path.join(dirpath, name)
+
+
+def candidates(
+    roots: Sequence[str], ext_dirs: Sequence[str], torch_dir: str | None
+) -> Iterator[Candidate]:
+    """Binaries to read, most important first: torch's CUDA libraries, the known packages, torch
+    extensions, then every other shared object under site-packages (read only if small enough)."""
+    if torch_dir:
+        lib = os.path.join(torch_dir, "lib")
+        if os.path.isdir(lib):
+            for name in sorted(os.listdir(lib)):
+                if _is_shared_object(name) and "cuda" in name:
+                    yield Candidate(f"torch/lib/{name}", os.path.join(lib, name), "torch")
+    for root in roots:
+        try:
+            listing = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for package, pattern in KNOWN_PATTERNS:
+            head = pattern.split("/", 1)[0]
+            if "/" not in pattern:
+                for name in listing:
+                    if fnmatch.fnmatch(name, pattern) and os.path.isfile(os.path.join(root, name)):
+                        yield Candidate(name, os.path.join(root, name), package)
+                continue
+            for entry in listing:
+                folder = os.path.join(root, entry)
+                if fnmatch.fnmatch(entry, head) and os.path.isdir(folder):
+                    for path in _walk(folder, max_depth=4):
+                        yield Candidate(os.path.relpath(path, root), path, package)
+    for top in ext_dirs:
+        for path in _walk(top, max_depth=4):
+            yield Candidate("torch_extensions/" + os.path.relpath(path, top), path, "torch_extensions")
+    for root in roots:
+        for path in _walk(root, max_depth=6):
+            rel = os.path.relpath(path, root)
+            package = rel.split(os.sep, 1)[0]
+            # torch's own libraries are read whatever their size (headers only).
+            yield Candidate(rel, path, package, unlimited=package == "torch")
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the bounded scan read and what it left out."""
+
+    reports: list[tuple[Candidate, fatbin.FatbinReport]]
+    left_out: list[str]
+    examined: int
+    truncated: bool
+    elapsed_s: float
+
+
+def scan_binaries(
+    roots: Sequence[str],
+    ext_dirs: Sequence[str],
+    torch_dir: str | None = None,
+    *,
+    budget_s: float = 5.0,
+    max_files: int = 4000,
+    size_limit: int = 256 << 20,
+) -> Scan:
+    """Read the fatbin of every candidate that has one, within the file and time budgets.
+    Never raises for a bad file: its report carries the error."""
+    start = time.monotonic()
+    seen: set[str] = set()
+    reports: list[tuple[Candidate, fatbin.FatbinReport]] = []
+    left_out: list[str] = []
+    examined = 0
+    truncated = False
+    for cand in candidates(roots, ext_dirs, torch_dir):
+        if time.monotonic() - start > budget_s or examined >= max_files:
+            truncated = True
+            break
+        real = os.path.realpath(cand.path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            size = os.path.getsize(real)
+        except OSError:
+            continue
+        if not cand.unlimited and size > size_limit:
+            left_out.append(f"{cand.label} ({size >> 20} MiB, over the size limit)")
+            continue
+        examined += 1
+        report = fatbin.read_fatbin(real, deadline=start + budget_s)
+        # A known package's file without a fatbin is just Python glue; report only CUDA code,
+        # and damaged files wherever they are (they may be CUDA code we could not read).
+        if report.has_fatbin or (report.error and cand.unlimited):
+            reports.append((cand, report))
+    return Scan(reports, left_out, examined, truncated, time.monotonic() - start)
+
+
+def torch_arch_list(torch: Any) -> tuple[list[str], str | None]:
+    """torch's compiled arch list, and why it is empty when it is. Guarded: older torch gated it
+    on a working GPU, a CPU build has none."""
+    try:
+        arches = list(torch.cuda.get_arch_list())
+    except Exception as exc:  # broken CUDA init must not break the probe
+        return [], error_text(exc)
+    if not arches:
+        flags = getattr(torch._C, "_cuda_getArchFlags", None)
+        if flags is not None:
+            try:
+                arches = (flags() or "").split()
+            except Exception:
+                pass
+    if arches:
+        return arches, None
+    if getattr(torch.version, "cuda", None) is None:
+        return [], "torch is a CPU-only build (torch.version.cuda is None)"
+    return [], "torch.cuda.get_arch_list() returned nothing"
+
+
+def _targets(names: Iterable[str]) -> list[fatbin.CodeTarget]:
+    out = []
+    for name in names:
+        try:
+            out.append(fatbin.parse_target(name))
+        except ValueError:
+            continue
+    return out
+
+
+def _capability_text(cap: tuple[int, int]) -> str:
+    return f"{cap[0]}.{cap[1]}"
+
+
+def run(ctx: ProbeContext) -> Outcome:
+    torch = ctx.torch
+    version = getattr(torch, "__version__", "?")
+    arches, arch_reason = torch_arch_list(torch)
+    torch_targets = _targets(arches)
+    torch_dir = os.path.dirname(getattr(torch, "__file__", "") or "") or None
+
+    roots = ctx.options.get("arch_compat_roots")
+    roots = _existing_dirs(roots) if roots is not None else site_roots()
+    exts = ctx.options.get("arch_compat_extension_dirs")
+    exts = _existing_dirs(exts) if exts is not None else extension_dirs()
+    scan = scan_binaries(
+        roots,
+        exts,
+        torch_dir,
+        budget_s=float(_option(ctx, "arch_compat_budget_s")),
+        max_files=int(_option(ctx, "arch_compat_max_files")),
+        size_limit=int(_option(ctx, "arch_compat_size_limit_mib")) << 20,
+    )
+
+    capability: tuple[int, int] | None = None
+    gpu = None
+    if ctx.is_cuda:
+        try:
+            capability = tuple(torch.cuda.get_device_capability(ctx.device))  # type: ignore[assignment]
+            gpu = torch.cuda.get_device_name(ctx.device)
+        except Exception as exc:
+            ctx.log(f"arch-compat: no capability for {ctx.device}: {error_text(exc)}")
+
+    torch_entry: dict[str, Any] = {
+        "version": version,
+        "cuda": getattr(torch.version, "cuda", None),
+        "arch_list": arches,
+        "runs_on": fatbin.supported_capabilities(torch_targets),
+        "note": arch_reason,
+    }
+    libraries: list[dict[str, Any]] = []
+    for cand, report in scan.reports:
+        entry = {"name": cand.label, "package": cand.package, **report.to_dict()}
+        entry["runs_on"] = fatbin.supported_capabilities(report.targets)
+        libraries.append(entry)
+    details: dict[str, Any] = {
+        "device": ctx.device,
+        "gpu": gpu,
+        "capability": _capability_text(capability) if capability else None,
+        "torch": torch_entry,
+        "libraries": libraries,
+        "scan": {
+            "roots": roots,
+            "extension_dirs": exts,
+            "examined": scan.examined,
+            "left_out": scan.left_out,
+            "truncated": scan.truncated,
+            "elapsed_s": round(scan.elapsed_s, 3),
+        },
+    }
+    unreadable = [lib["name"] for lib in libraries if lib["error"]]
+
+    if capability is None:
+        parts = [f"torch carries {fatbin.describe_targets(torch_targets)}" if torch_targets
+                 else (arch_reason or "torch's arch list is empty")]
+        readable = len(libraries) - len(unreadable)
+        parts.append(f"{readable} CUDA binaries listed among {scan.examined} shared objects read")
+        if unreadable:
+            parts.append(f"{len(unreadable)} could not be read")
+        reason = f"no CUDA device to compare against on {ctx.device}; " + "; ".join(parts)
+        return Outcome(Status.SKIPPED, reason, details)
+
+    return _verdict(capability, gpu, ctx.device, version, torch_targets, arch_reason, libraries,
+                    details, unreadable)
+
+
+def _verdict(
+    capability: tuple[int, int],
+    gpu: str | None,
+    device: str,
+    version: str,
+    torch_targets: list[fatbin.CodeTarget],
+    arch_reason: str | None,
+    libraries: list[dict[str, Any]],
+    details: dict[str, Any],
+    unreadable: list[str],
+) -> Outcome:
+    sm = fatbin.capability_name(capability)
+    gpu_line = f"GPU {gpu or '?'} ({device}), compute capability {_capability_text(capability)}"
+    findings: list[Finding] = []
+
+    def judge(name: str, targets: Sequence[fatbin.CodeTarget], where: str,
+              partial: bool = False) -> str | None:
+        cov = fatbin.coverage(targets, capability)
+        if partial and cov.verdict != "native":
+            # Only part of a damaged or slow file was read: what was read may cover the GPU,
+            # but the absence of code proves nothing.
+            return None
+        carries = fatbin.describe_targets(targets)
+        runs = ", ".join(fatbin.supported_capabilities(targets)) or "no known GPU"
+        evidence = (gpu_line, where, f"carries {carries}", f"runs on {runs}")
+        if cov.verdict == "none":
+            findings.append(Finding(
+                "no-kernel-image",
+                f"{name} has no code for {sm}: it carries {carries}",
+                evidence,
+            ))
+        elif cov.verdict == "jit":
+            findings.append(Finding(
+                "no-kernel-image",
+                f"{name} has no SASS for {sm}: it runs only by JIT-compiling {cov.jit} PTX "
+                f"(slow first calls; fails if the driver is older than the PTX)",
+                evidence,
+                severity="warning",
+            ))
+        return cov.verdict if cov.verdict == "none" else f"{cov.verdict} ({cov.native or cov.jit})"
+
+    if torch_targets:
+        details["torch"]["verdict"] = judge(f"torch {version}", torch_targets,
+                                            "torch.cuda.get_arch_list()")
+    else:
+        details["torch"]["verdict"] = None
+    for lib in libraries:
+        lib["verdict"] = judge(lib["name"], _targets(lib["sass"] + lib["ptx"]), lib["path"],
+                               partial=bool(lib["error"]))
+
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity != "error"]
+    checked = len(libraries) - len([lib for lib in libraries if lib["verdict"] is None])
+    scope = f"torch and {checked} CUDA binaries" if torch_targets else f"{checked} CUDA binaries"
+    if errors:
+        names = ", ".join(f.summary.split(" has ", 1)[0] for f in errors[:3])
+        more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+        return Outcome(Status.FAIL, f"no code for {sm} in {names}{more}", details, findings)
+    notes = []
+    if warnings:
+        notes.append(f"{len(warnings)} run only by PTX JIT")
+    if unreadable:
+        notes.append(f"{len(unreadable)} could not be read in full: {', '.join(unreadable[:3])}")
+    if not torch_targets:
+        notes.append(f"torch's arch list is unknown ({arch_reason})")
+    if notes:
+        return Outcome(Status.WARN, f"{scope} checked for {sm}; " + "; ".join(notes), details,
+                       findings)
+    return Outcome(Status.PASS, f"{scope} carry code for {sm}", details, findings)

@@ -1,0 +1,407 @@
+"""The parent's half of the environment report, collected without torch while the worker imports it.
+
+`collect_environment(python)` returns the sections `system` (OS, kernel, container and WSL
+detection), `python` (the target interpreter), `packages` (versions read with importlib.metadata in
+the target environment), `nvml` (driver and GPUs through nvidia-ml-py) and `env_vars`. The worker's
+`torch_environment` adds `torch` and `cuda_libraries` and its own view of `env_vars`;
+`merge_environment` joins the two halves.
+
+Every external command is bounded by a timeout and run without a shell; NVML calls run in a daemon
+thread with a deadline, because a wedged driver hangs them too. A missing piece is reported as
+{"available": false, "reason": ...} or "not available: <why>", never raised. pynvml is imported
+lazily so that `gpudoctor explain` starts fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+from typing import Any, Callable
+
+from gpudoctor.torchenv import env_vars, na
+
+# Distributions whose versions matter for attention kernels and CUDA. Every installed `nvidia-*`
+# distribution is added in the target environment.
+PACKAGES: tuple[str, ...] = (
+    "torch", "torchvision", "torchaudio", "xformers", "flash_attn", "flash-attn-3", "sageattention",
+    "triton", "pytorch-triton", "diffusers", "transformers", "accelerate", "peft", "bitsandbytes",
+    "torchao", "numpy", "nvidia-ml-py", "pynvml",
+)
+
+# Runs in the target interpreter: standard library only, no torch import, prints one JSON object.
+# find_spec on a top-level name locates a package without executing it.
+_TARGET_SCRIPT = r"""
+import importlib.metadata as md, importlib.util, json, os, sys
+wanted = json.loads(sys.argv[1])
+def norm(n): return (n or "").lower().replace("_", "-").replace(".", "-")
+seen = {}
+for d in md.distributions():
+    name = norm(d.metadata["Name"])
+    if not name:
+        continue
+    installer = ""
+    try:
+        installer = (d.read_text("INSTALLER") or "").strip()
+    except Exception:
+        pass
+    seen.setdefault(name, []).append([d.version, installer])
+installed, missing = {}, []
+for name in sorted(set(map(norm, wanted)) | {n for n in seen if n.startswith("nvidia-")}):
+    if name not in seen:
+        missing.append(name)
+        continue
+    versions = seen[name]
+    entry = {"version": versions[0][0], "installer": versions[0][1] or None}
+    if len(versions) > 1:
+        # Two dist-info folders for one name: pip's "uninstall then install" half done.
+        entry["duplicates"] = [v for v, _ in versions[1:]]
+    installed[name] = entry
+origins = {}
+for mod in ("torch", "xformers", "flash_attn", "triton"):
+    try:
+        spec = importlib.util.find_spec(mod)
+        origins[mod] = spec.origin if spec else None
+    except Exception as exc:
+        origins[mod] = "error: %s" % exc
+print(json.dumps({
+    "version": sys.version.split()[0],
+    "implementation": sys.implementation.name,
+    "executable": sys.executable,
+    "prefix": sys.prefix,
+    "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+    "conda": bool(os.environ.get("CONDA_PREFIX")) or os.path.isdir(os.path.join(sys.prefix, "conda-meta")),
+    "packages": {"installed": installed, "not_installed": missing},
+    "origins": origins,
+}))
+"""
+
+_NVML_CODES = {
+    3: "not supported on this GPU",
+    4: "no permission",
+    9: "the NVIDIA kernel driver is not loaded",
+    12: "libnvidia-ml.so.1 not found: no NVIDIA driver, or a container started without the NVIDIA runtime",
+    15: "the GPU has fallen off the bus",
+    18: "the driver and libnvidia-ml versions differ (driver upgraded without a reboot?)",
+}
+
+# Bits of nvmlDeviceGetCurrentClocksEventReasons (formerly ...ThrottleReasons), in bit order.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason}
+
+
+def _why(exc: BaseException) -> str:
+    code = getattr(exc, "value", None)
+    if isinstance(code, int) and code in _NVML_CODES:
+        return f"NVML: {_NVML_CODES[code]}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The parent-side sections for the target interpreter `python`. Never raises; takes at most
+    about `timeout` seconds for the target query plus a few for NVML."""
+    target = target_python(python, timeout)
+    if target.get("available", True):
+        packages = target.pop("packages", None) or unavailable("the target printed no package list")
+    else:
+        packages = unavailable(target["reason"])
+    return {
+        "system": _safe(system_info),
+        "python": target,
+        "packages": packages,
+        "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0))),
+        "env_vars": _safe(env_vars),
+    }
+
+
+def merge_environment(parent: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any]:
+    """The full environment: the worker's sections win where both exist (its env_vars are the
+    ones the probes ran under); without a worker, `torch` says why it is missing."""
+    merged = dict(parent)
+    merged.update(worker or {})
+    # A worker that failed to import torch reports only why; the schema still wants both sections.
+    merged.setdefault("torch", unavailable("the worker did not report (torch failed to import?)"))
+    merged.setdefault("cuda_libraries", unavailable("the worker did not report"))
+    return merged
+
+
+def _safe(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # a report part must never take the scan down
+        return unavailable(_why(exc))
+
+
+# --- system --------------------------------------------------------------------------------------
+
+
+def _read(path: str, limit: int = 65536) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def system_info() -> dict[str, Any]:
+    """OS, kernel, libc, CPU and memory, container and WSL. No hostname."""
+    os_release = _read("/etc/os-release") or ""
+    pretty = next(
+        (line.split("=", 1)[1].strip().strip('"') for line in os_release.splitlines() if line.startswith("PRETTY_NAME=")),
+        None,
+    )
+    libc = platform.libc_ver()
+    meminfo = _read("/proc/meminfo") or ""
+    mem_total = next((int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
+    return {
+        "os": platform.system(),
+        "distribution": pretty or platform.platform(terse=True),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "libc": f"{libc[0]} {libc[1]}".strip() or None,
+        "cpu_count": os.cpu_count(),
+        "memory_total": mem_total,
+        "container": detect_container(),
+        "wsl": detect_wsl(),
+    }
+
+
+def detect_container(root: str = "/") -> dict[str, Any]:
+    """Docker, Podman, Kubernetes, LXC or another container, with the evidence for the verdict."""
+    join = lambda p: os.path.join(root, p.lstrip("/"))  # noqa: E731
+    cgroup = _read(join("/proc/1/cgroup")) or ""
+    container_env = os.environ.get("container")
+    # Most specific first: the first hit names the kind, every hit is kept as evidence.
+    checks = [
+        ("kubernetes", bool(os.environ.get("KUBERNETES_SERVICE_HOST")), "KUBERNETES_SERVICE_HOST is set"),
+        ("podman", os.path.exists(join("/run/.containerenv")), "/run/.containerenv exists"),
+        ("docker", os.path.exists(join("/.dockerenv")), "/.dockerenv exists"),
+        (container_env or "", bool(container_env), f"container={container_env}"),
+    ]
+    checks += [(m, m in cgroup, f"/proc/1/cgroup mentions {m}") for m in ("kubepods", "docker", "containerd", "lxc", "libpod")]
+    hits = [(kind, why) for kind, hit, why in checks if hit]
+    kind = hits[0][0] if hits else None
+    evidence = [why for _, why in hits]
+    return {"detected": kind is not None, "kind": kind, "evidence": evidence}
+
+
+def detect_wsl(root: str = "/") -> dict[str, Any]:
+    """WSL 1 or 2, and whether the GPU is forwarded (/dev/dxg and the driver's libcuda stub)."""
+    join = lambda p: os.path.join(root, p.lstrip("/"))  # noqa: E731
+    release = (_read(join("/proc/sys/kernel/osrelease")) or platform.release()).strip()
+    if "microsoft" not in release.lower():
+        return {"detected": False}
+    return {
+        "detected": True,
+        "version": 2 if "wsl2" in release.lower() or os.path.exists(join("/run/WSL")) else 1,
+        "gpu_forwarded": os.path.exists(join("/dev/dxg")),
+        "driver_libcuda": os.path.exists(join("/usr/lib/wsl/lib/libcuda.so.1")),
+    }
+
+
+# --- the target interpreter ----------------------------------------------------------------------
+
+
+def target_python(python: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Interpreter facts and package versions read inside `python` (stdlib only, no torch import).
+    On success the dict holds a `packages` key that `collect_environment` moves to its own section."""
+    cmd = [python, "-c", _TARGET_SCRIPT, json.dumps(list(PACKAGES))]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+        )
+    except FileNotFoundError:
+        return unavailable(f"interpreter {python} not found")
+    except PermissionError:
+        return unavailable(f"interpreter {python} is not executable")
+    except subprocess.TimeoutExpired:
+        return unavailable(f"{python} did not answer within {timeout:g} s")
+    except OSError as exc:
+        return unavailable(f"cannot run {python}: {_why(exc)}")
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [""])[-1]
+        return unavailable(f"{python} exited with code {proc.returncode}: {tail}")
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return unavailable(f"{python} printed no JSON (a sitecustomize writing to stdout?)")
+    data["path"] = python
+    data["same_as_cli"] = os.path.realpath(data.get("executable") or python) == os.path.realpath(sys.executable)
+    data["cli_python"] = sys.version.split()[0]
+    return data
+
+
+# --- NVML ----------------------------------------------------------------------------------------
+
+
+def _bounded(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run `fn` in a daemon thread; raise TimeoutError when it does not return in time. The thread is
+    left behind on a hang (it cannot be killed), which is still better than hanging the scan."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # carried to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="gpudoctor-nvml", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"NVML did not answer within {timeout:g} s (a wedged driver?)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _nvml() -> Any:
+    import pynvml  # lazy: only scans need it
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _cuda_version(code: int) -> str:
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def decode_throttle(mask: int) -> list[str]:
+    """Names of the set clock event (throttle) bits; unknown bits are kept as hex."""
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    rest = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    if rest:
+        names.append(hex(rest))
+    return names
+
+
+def _field(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return na(_why(exc))
+
+
+def _gpu(nv: Any, index: int) -> dict[str, Any]:
+    handle = nv.nvmlDeviceGetHandleByIndex(index)
+
+    def memory() -> dict[str, int]:
+        info = nv.nvmlDeviceGetMemoryInfo(handle)
+        return {"total": int(info.total), "used": int(info.used), "free": int(info.free)}
+
+    def ecc() -> dict[str, Any]:
+        current, pending = nv.nvmlDeviceGetEccMode(handle)
+        out: dict[str, Any] = {"enabled": bool(current), "pending": bool(pending)}
+        if current:
+            for label, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
+                out[f"{label}_uncorrected"] = _field(lambda c=counter: int(nv.nvmlDeviceGetTotalEccErrors(
+                    handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, c)))
+                out[f"{label}_corrected"] = _field(lambda c=counter: int(nv.nvmlDeviceGetTotalEccErrors(
+                    handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, c)))
+        return out
+
+    def throttle() -> list[str]:
+        get = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return decode_throttle(int(get(handle)))
+
+    def pcie() -> dict[str, int]:
+        return {
+            "gen": int(nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+            "max_gen": int(nv.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+            "width": int(nv.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+            "max_width": int(nv.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+        }
+
+    return {
+        "index": index,
+        "name": _field(lambda: _text(nv.nvmlDeviceGetName(handle))),
+        "capability": _field(lambda: "%d.%d" % tuple(nv.nvmlDeviceGetCudaComputeCapability(handle))),
+        "memory": _field(memory),
+        "compute_processes": _field(lambda: len(nv.nvmlDeviceGetComputeRunningProcesses(handle))),
+        "ecc": _field(ecc),
+        "throttle_reasons": _field(throttle),
+        "pcie": _field(pcie),
+        "temperature_c": _field(lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))),
+        "persistence_mode": _field(lambda: bool(nv.nvmlDeviceGetPersistenceMode(handle))),
+    }
+
+
+def _nvml_query() -> dict[str, Any]:
+    nv = _nvml()
+    try:
+        count = int(nv.nvmlDeviceGetCount())
+        cuda = _field(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
+        return {
+            "available": True,
+            "driver_version": _field(lambda: _text(nv.nvmlSystemGetDriverVersion())),
+            "cuda_driver_version": cuda,
+            "nvml_version": _field(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+            "device_count": count,
+            "gpus": [_field(lambda i=i: _gpu(nv, i)) for i in range(count)],
+        }
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
+    """Driver, the CUDA version it supports, and each GPU (no UUIDs, serials or bus ids)."""
+    try:
+        return _bounded(_nvml_query, timeout)
+    except ImportError:
+        return unavailable("nvidia-ml-py (pynvml) is not installed in gpudoctor's environment")
+    except Exception as exc:
+        return unavailable(_why(exc))
+
+
+def gpu_free_memory(index: int) -> int | None:
+    """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
+    order and ignores CUDA_VISIBLE_DEVICES: the caller maps CUDA indices when they differ."""
+    def query() -> int:
+        nv = _nvml()
+        try:
+            return int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
+        finally:
+            nv.nvmlShutdown()
+
+    try:
+        return _bounded(query, 5.0)
+    except Exception:
+        return None
+
+
+def nvml_device_count() -> int | None:
+    """How many GPUs NVML sees, or None when NVML is unavailable."""
+    def query() -> int:
+        nv = _nvml()
+        try:
+            return int(nv.nvmlDeviceGetCount())
+        finally:
+            nv.nvmlShutdown()
+
+    try:
+        return _bounded(query, 5.0)
+    except Exception:
+        return None

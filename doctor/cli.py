@@ -135,5 +135,171 @@ def list_entries(
 # --- scan ----------------------------------------------------------------------------------------
 
 
+def _attn_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) <= 0:
+        _fail(f"--attn-shape {text}: expected four positive integers B,H,N,D")
+    return shape
+
+
+def _check_output(option: str, path: str | None) -> None:
+    """Refuse an output path before the scan runs, not after."""
+    import os
+
+    if path is None or path == "-":
+        return
+    if os.path.isdir(path):
+        _fail(f"{option} {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        _fail(f"{option} {path}: no such directory {parent}")
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write via a temporary file and rename: a reader never sees half a report. The rename goes
+    to the symlink's target; a device or FIFO (/dev/stdout, a pipe) is written through, never
+    replaced."""
+    import os
+    import tempfile
+
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-", dir=os.path.dirname(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make a shared report unreadable
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class _ScanProgress:
+    """Progress on stderr: a live line (running probe, elapsed time) on a terminal, plain lines
+    otherwise. Called by the runner for each event."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.live = None
+        self.current = "starting"
+        self.since = 0.0
+
+    def __enter__(self) -> "_ScanProgress":
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(self, console=self.console, transient=True, refresh_per_second=8)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def __rich__(self):
+        import time
+
+        from rich.spinner import Spinner
+
+        return Spinner("dots", text=f"{self.current}  {time.monotonic() - self.since:.1f}s")
+
+    def __call__(self, event) -> None:
+        import time
+
+        where = f" on {event.device}" if event.device else ""
+        if event.kind == "status":
+            self.current, self.since = event.message, time.monotonic()
+            if self.live is None and event.message == "importing torch":
+                self.console.print("gpudoctor: importing torch", markup=False, highlight=False)
+        elif event.kind == "start":
+            self.current = f"[{event.index}/{event.total}] {event.probe}{where}"
+            self.since = time.monotonic()
+        elif event.kind == "result" and event.result is not None:
+            where = f" on {event.result.device}" if event.result.device else ""
+            line = (f"[{event.index}/{event.total}] {event.probe}{where}: {event.result.status.value} "
+                    f"({event.result.duration_s:.2f}s)")
+            self.console.print(line, markup=False, highlight=False)
+
+
+@app.command()
+def scan(
+    probe: list[str] = typer.Option([], "--probe", help="Run only this probe id (repeatable)."),
+    skip: list[str] = typer.Option([], "--skip", help="Do not run this probe id (repeatable)."),
+    device: str = typer.Option("cuda:0", "--device", help="cuda:N, all (every visible GPU), cpu, or a torch device."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds; overrides every probe's limit."),
+    python: Optional[str] = typer.Option(None, "--python", help="Diagnose the environment of this interpreter."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here (- for stdout)."),
+    markdown_out: Optional[str] = typer.Option(None, "--markdown", help="Write a Markdown report here (- for stdout)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help="Keep user names, host names, paths and ids."),
+    list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
+    attn_shape: Optional[str] = typer.Option(None, "--attn-shape", help="Attention shape B,H,N,D for attention probes."),
+    probe_file: list[str] = typer.Option([], "--probe-file", help="Also run the probe in this .py file (repeatable)."),
+) -> None:
+    """Run the probes in isolated workers and report what works on this machine."""
+    import os
+
+    from rich.console import Console
+
+    from gpudoctor import runner
+
+    if timeout is not None and timeout <= 0:
+        _fail(f"--timeout {timeout:g}: must be positive")
+    for path in probe_file:
+        if not os.path.isfile(path):
+            _fail(f"--probe-file {path}: no such file")
+    if json_out == "-" and markdown_out == "-":
+        _fail("--json - and --markdown - cannot both write to standard output")
+    _check_output("--json", json_out)
+    _check_output("--markdown", markdown_out)
+    options = runner.ScanOptions(
+        python=python, probes=tuple(probe), skip=tuple(skip), device=device, timeout=timeout,
+        probe_files=tuple(probe_file), attn_shape=_attn_shape(attn_shape) if attn_shape else None,
+        redact=not no_redact,
+    )
+    stderr = Console(stderr=True, highlight=False)
+    if list_only:
+        try:
+            probes, errors = runner.list_probes(options)
+        except runner.ScanError as exc:
+            _fail(str(exc))
+        from rich.table import Table
+
+        table = Table(show_header=True, box=None)
+        for column in ("id", "title", "emits"):
+            table.add_column(column, style="bold" if column == "id" else None)
+        for p in probes:
+            table.add_row(p["id"], p["title"], ", ".join(p["emits"]) or "-")
+        Console(highlight=False).print(table)
+        for error in errors:
+            stderr.print(f"gpudoctor: {error['source']}: {error['error']}", markup=False)
+        return
+
+    try:
+        with _ScanProgress(stderr) as progress:
+            report = runner.run_scan(options, progress=progress)
+    except runner.ScanError as exc:
+        _fail(str(exc))
+
+    from gpudoctor.reports import render
+
+    for path, render_to in ((json_out, render.render_json), (markdown_out, render.render_markdown)):
+        if path == "-":
+            sys.stdout.write(render_to(report))
+        elif path is not None:
+            _write_atomic(path, render_to(report))
+    if "-" not in (json_out, markdown_out):
+        render.render_terminal(report, Console(highlight=False))
+    raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
+
+
 def main() -> None:
     app()

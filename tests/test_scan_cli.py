@@ -1,0 +1,102 @@
+"""`gpudoctor scan` through typer's CliRunner: exit codes, `--json -` purity, output files, and the
+one-line usage errors. Fake probes keep it fast."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from typer.testing import CliRunner
+
+from gpudoctor.cli import app
+
+FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
+
+
+def scan(*args: str):
+    return CliRunner().invoke(app, ["scan", *args])
+
+
+def files(*names: str) -> list[str]:
+    out = []
+    for name in names:
+        out += ["--probe-file", str(FAKES / f"{name}.py")]
+    return out
+
+
+def test_json_to_stdout_is_only_json_and_exit_0():
+    result = scan(*files("ok"), "--probe", "fake-ok", "--json", "-", "--attn-shape", "2,4,128,64")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # nothing but the report on stdout
+    assert data["schema_version"] and data["redacted"] is True
+    [res] = data["results"]
+    assert res["probe"] == "fake-ok" and res["status"] == "pass"
+    assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64]}
+    assert "fake-ok" in result.stderr  # progress went to stderr
+
+
+def test_crash_exits_1_and_files_are_written(tmp_path):
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    result = scan(*files("ok", "raises"), "--probe", "fake-ok", "--probe", "fake-raise",
+                  "--json", str(out_json), "--markdown", str(out_md), "--no-redact")
+    assert result.exit_code == 1, result.output
+    data = json.loads(out_json.read_text())
+    assert data["redacted"] is False
+    assert {r["probe"]: r["status"] for r in data["results"]} == {"fake-ok": "pass", "fake-raise": "crashed"}
+    assert "fake-raise" in out_md.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]  # no temp file left
+    assert "fake-raise" in result.stdout  # the terminal report
+
+
+def test_unknown_probe_exits_2_with_one_line():
+    result = scan(*files("ok"), "--probe", "fake-kk")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "gpudoctor: unknown probe 'fake-kk' (did you mean 'fake-ok'?)"
+    assert result.stdout == ""
+
+
+def test_bad_python_exits_2(tmp_path):
+    result = scan("--python", str(tmp_path / "no-python"))
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [f"gpudoctor: --python {tmp_path / 'no-python'}: no such executable"]
+
+
+def test_usage_errors_exit_2_before_any_scan(tmp_path):
+    for args, text in [
+        (["--json", str(tmp_path)], "is a directory"),
+        (["--attn-shape", "1,2,3"], "four positive integers"),
+        (["--timeout", "0"], "must be positive"),
+        (["--probe-file", str(tmp_path / "missing.py")], "no such file"),
+        (["--device", "cuda:x"], "--device cuda:x"),
+    ]:
+        result = scan(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert text in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_list_probes_runs_no_scan():
+    result = scan("--list-probes", *files("ok", "hang"))
+    assert result.exit_code == 0, result.output
+    assert "fake-ok" in result.stdout and "Fake hang" in result.stdout
+
+
+def test_json_through_a_symlink_and_a_fifo(tmp_path):
+    import os
+    import threading
+
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real)
+    result = scan(*files("ok"), "--probe", "fake-ok", "--json", str(link))
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and json.loads(real.read_text())["results"][0]["probe"] == "fake-ok"
+
+    # A FIFO (like /dev/stdout or /dev/null) is written through, not replaced by a file.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    result = scan(*files("ok"), "--probe", "fake-ok", "--json", str(fifo))
+    reader.join(10)
+    assert result.exit_code == 0, result.output
+    assert fifo.is_fifo() and json.loads(got[0])["results"][0]["status"] == "pass"

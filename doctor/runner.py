@@ -416,10 +416,21 @@ class _Scan:
         return (f"the GPU is busy: {free >> 20} MiB free on {device}, this probe needs "
                 f"{mib} MiB (not run, so as not to disturb what is using it)")
 
+    def _needs_own_worker(self, task: _Task) -> bool:
+        """Isolation protects a CUDA context; a probe that will run on the CPU cannot poison one,
+        so it shares the worker (and its torch import) with the rest."""
+        if not task.entry["isolated"]:
+            return False
+        if self.torch_info:
+            device, _ = resolve_device(task.device, self.torch_info)
+            return _is_cuda(device)
+        return True
+
     def run_task(self, task: _Task) -> dict[str, Any]:
         """Run one task, starting a worker if needed. Returns the fields of its ProbeResult."""
         entry = task.entry
-        if entry["isolated"] and self.worker is not None and self.worker.used:
+        isolated = self._needs_own_worker(task)
+        if isolated and self.worker is not None and self.worker.used:
             self._drop_worker()
         if self.worker is None:
             try:
@@ -439,7 +450,9 @@ class _Scan:
             return {"status": Status.SKIPPED, "summary": reason, "device": device}
 
         limit = self.options.timeout or float(entry["timeout_s"])
-        options: dict[str, Any] = {}
+        # The device the user asked for: probes such as cuda-runtime tell "you asked for a GPU
+        # and there is none" (a finding) from "you asked for the CPU" (a skip).
+        options: dict[str, Any] = {"requested_device": task.device}
         if self.options.attn_shape:
             options["attn_shape"] = list(self.options.attn_shape)
         mark = worker.err_total
@@ -455,7 +468,7 @@ class _Scan:
         elapsed = time.monotonic() - started
         if isinstance(event, dict) and event.get("event") == "result" and event.get("key") == entry["key"]:
             fields = _from_result(event)
-            if event.get("restart") or entry["isolated"]:
+            if event.get("restart") or isolated:
                 if event.get("restart"):
                     fields["details"]["context_poisoned"] = event["restart"]
                 self._drop_worker()

@@ -133,7 +133,7 @@ def test_device_fallback_needs_and_cwd_shadowing(tmp_path, monkeypatch):
         assert skip.status is Status.SKIPPED and skip.summary.startswith("needs a CUDA device")
     assert res["fake-xformers"].status is Status.SKIPPED
     assert "xformers is not installed" in res["fake-xformers"].summary
-    assert res["fake-ok"].details["options"] == {"attn_shape": [1, 2, 64, 32]}
+    assert res["fake-ok"].details["options"] == {"attn_shape": [1, 2, 64, 32], "requested_device": "cuda:0"}
 
 
 def test_cpu_device_has_no_note_and_probe_selection():

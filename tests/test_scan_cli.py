@@ -30,7 +30,7 @@ def test_json_to_stdout_is_only_json_and_exit_0():
     assert data["schema_version"] and data["redacted"] is True
     [res] = data["results"]
     assert res["probe"] == "fake-ok" and res["status"] == "pass"
-    assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64]}
+    assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64], "requested_device": "cuda:0"}
     assert "fake-ok" in result.stderr  # progress went to stderr
 
 

@@ -158,6 +158,23 @@ def _check_output(option: str, path: str | None) -> None:
         _fail(f"{option} {path}: no such directory {parent}")
 
 
+def _probe_options(items: list[str]) -> tuple[tuple[str, object], ...]:
+    """KEY=VALUE pairs; values that parse as JSON (1, true, 0.5, [1,2]) are typed, others stay text."""
+    import json
+
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--probe-option {item}: expected KEY=VALUE")
+        try:
+            parsed: object = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.append((key.strip(), parsed))
+    return tuple(out)
+
+
 def _write_atomic(path: str, text: str) -> None:
     """Write via a temporary file and rename: a reader never sees half a report. The rename goes
     to the symlink's target; a device or FIFO (/dev/stdout, a pipe) is written through, never
@@ -243,6 +260,9 @@ def scan(
     list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
     attn_shape: Optional[str] = typer.Option(None, "--attn-shape", help="Attention shape B,H,N,D for attention probes."),
     probe_file: list[str] = typer.Option([], "--probe-file", help="Also run the probe in this .py file (repeatable)."),
+    probe_option: list[str] = typer.Option(
+        [], "--probe-option", help="KEY=VALUE passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."
+    ),
 ) -> None:
     """Run the probes in isolated workers and report what works on this machine."""
     import os
@@ -263,7 +283,7 @@ def scan(
     options = runner.ScanOptions(
         python=python, probes=tuple(probe), skip=tuple(skip), device=device, timeout=timeout,
         probe_files=tuple(probe_file), attn_shape=_attn_shape(attn_shape) if attn_shape else None,
-        redact=not no_redact,
+        redact=not no_redact, probe_options=_probe_options(probe_option),
     )
     stderr = Console(stderr=True, highlight=False)
     if list_only:

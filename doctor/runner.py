@@ -75,6 +75,7 @@ class ScanOptions:
     timeout: float | None = None  # overrides every probe's own limit
     probe_files: tuple[str, ...] = ()
     attn_shape: tuple[int, ...] | None = None
+    probe_options: tuple[tuple[str, Any], ...] = ()  # --probe-option KEY=VALUE, into ctx.options
     redact: bool = True
     builtin: bool = True  # False: only probe files and entry points (tests)
     entry_points: bool = True
@@ -452,7 +453,7 @@ class _Scan:
         limit = self.options.timeout or float(entry["timeout_s"])
         # The device the user asked for: probes such as cuda-runtime tell "you asked for a GPU
         # and there is none" (a finding) from "you asked for the CPU" (a skip).
-        options: dict[str, Any] = {"requested_device": task.device}
+        options: dict[str, Any] = {**dict(self.options.probe_options), "requested_device": task.device}
         if self.options.attn_shape:
             options["attn_shape"] = list(self.options.attn_shape)
         mark = worker.err_total

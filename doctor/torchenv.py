@@ -283,9 +283,13 @@ def _pip_owners(site_dirs: Iterable[str]) -> dict[str, tuple[str, str]]:
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if not (name.startswith("nvidia-") or name == "torch"):
             continue
-        for f in dist.files or ():
-            if ".so" in f.name and _LIB_RE.match(f.name):
-                owners[os.path.realpath(str(f.locate()))] = (name, dist.version)
+        # Scan RECORD's text rather than `dist.files`: torch's RECORD lists ~15,000 files, and
+        # building a path object for each costs more than the rest of the environment together.
+        record = dist.read_text("RECORD") or ""
+        for line in record.splitlines():
+            rel = line.split(",", 1)[0]
+            if ".so" in rel and _LIB_RE.match(os.path.basename(rel)):
+                owners[os.path.realpath(str(dist.locate_file(rel)))] = (name, dist.version)
     return owners
 
 

@@ -108,7 +108,7 @@ def _reference(torch: Any, case: Case, base: dict[str, Any], dtype: Any) -> tupl
     # Reference on the dtype-rounded inputs, so only the kernel's own error is measured.
     q, k, v = (_leaf(base, n, dtype).detach().float().requires_grad_(True) for n in ("q", "k", "v"))
     out = att.reference_attention(torch, q, k, v, causal=case.causal, attn_mask=base["mask"])
-    out.backward(base["grad"].to(dtype).float())
+    att.backward(out, base["grad"].to(dtype).float())
     return out.detach(), q.grad, k.grad, v.grad
 
 
@@ -126,7 +126,7 @@ def run_cell(torch: Any, backend: Any, case: Case, base: dict[str, Any], dtype: 
             with sdpa_kernel([backend]):
                 out, q, k, v = _forward(torch, case, base, dtype)
                 stage = "backward"
-                out.backward(base["grad"].to(dtype))
+                att.backward(out, base["grad"].to(dtype))
             got = (out.detach(), q.grad, k.grad, v.grad)
             stage = "done"
         except Exception as exc:  # noqa: BLE001 - a kernel failure is the measurement

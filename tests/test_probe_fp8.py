@@ -19,7 +19,7 @@ needs_fp8 = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def cpu_outcome():
-    return fp8_matmul.run(ProbeContext(torch=torch, device="cpu"))
+    return fp8_matmul.run(ProbeContext(torch=torch, device="cpu", options={"fp8_compile_contract": True}))
 
 
 def _case(outcome, name):

@@ -138,8 +138,11 @@ def test_log_over_100_mb_reads_the_tail_in_bounded_memory(tmp_path):
         f.write(MISALIGNED.replace("misaligned", "illegal memory access / misaligned").encode())  # in the skipped head
         f.write(line * (105 * 1024))  # 105 MiB of noise
         f.write(b"RuntimeError: CUDA error: misaligned address\n")
-    code = ("import resource, sys; from gpudoctor.cli import main; sys.argv=['gpudoctor','explain','--json','--file',sys.argv[1]];\n"
-            "try:\n main()\nexcept SystemExit as e:\n print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'EXIT', e.code, file=sys.stderr)")
+    # VmHWM (peak RSS of this image): ru_maxrss would carry over pytest's own peak across exec.
+    code = ("import sys; from gpudoctor.cli import main; sys.argv=['gpudoctor','explain','--json','--file',sys.argv[1]];\n"
+            "try:\n main()\nexcept SystemExit as e:\n"
+            " hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+            " print('RSS', hwm, 'EXIT', e.code, file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=120)
     data = json.loads(proc.stdout)
     assert data["matches"][0]["id"] == "misaligned-address"

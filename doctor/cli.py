@@ -207,7 +207,7 @@ class _ScanProgress:
     def __init__(self, console) -> None:
         self.console = console
         self.live = None
-        self.current = "starting"
+        self.current = self.probe_line = "starting"
         self.since = 0.0
 
     def __enter__(self) -> "_ScanProgress":
@@ -233,12 +233,16 @@ class _ScanProgress:
         import time
 
         where = f" on {event.device}" if event.device else ""
-        if event.kind == "status":
+        from gpudoctor.runner import TORCH_READY
+
+        if event.kind == "status" and event.message == TORCH_READY:
+            self.current, self.since = self.probe_line, time.monotonic()
+        elif event.kind == "status":
             self.current, self.since = event.message, time.monotonic()
             if self.live is None and event.message == "importing torch":
                 self.console.print("gpudoctor: importing torch", markup=False, highlight=False)
         elif event.kind == "start":
-            self.current = f"[{event.index}/{event.total}] {event.probe}{where}"
+            self.current = self.probe_line = f"[{event.index}/{event.total}] {event.probe}{where}"
             self.since = time.monotonic()
         elif event.kind == "result" and event.result is not None:
             where = f" on {event.result.device}" if event.result.device else ""

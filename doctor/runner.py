@@ -84,6 +84,9 @@ class ScanOptions:
     environment_timeout: float = 30.0
 
 
+TORCH_READY = "torch ready"  # status after an import: progress goes back to the running probe
+
+
 @dataclass(frozen=True)
 class ScanEvent:
     """Progress for the CLI. kind: "status" (message), "start" or "result" (probe, result)."""
@@ -365,6 +368,7 @@ class _Scan:
             if self.worker_environment is None:
                 self.worker_environment = environment
                 self.torch_info = worker.torch_info
+            self.progress(ScanEvent("status", message=TORCH_READY))
             return None
         code = worker.finish(grace=0.5)
         return _death(f"the worker {{how}} while importing torch ({event})", worker, 0, code)

@@ -376,13 +376,13 @@ def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
         return unavailable(_why(exc))
 
 
-def gpu_free_memory(index: int) -> int | None:
-    """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
-    order and ignores CUDA_VISIBLE_DEVICES: the caller maps CUDA indices when they differ."""
+def _nvml_int(read: Callable[[Any], int]) -> int | None:
+    """One integer read through NVML (init, read, shutdown) within a deadline; None when NVML
+    cannot tell."""
     def query() -> int:
         nv = _nvml()
         try:
-            return int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
+            return int(read(nv))
         finally:
             nv.nvmlShutdown()
 
@@ -390,18 +390,14 @@ def gpu_free_memory(index: int) -> int | None:
         return _bounded(query, 5.0)
     except Exception:
         return None
+
+
+def gpu_free_memory(index: int) -> int | None:
+    """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
+    order and ignores CUDA_VISIBLE_DEVICES: the caller maps CUDA indices when they differ."""
+    return _nvml_int(lambda nv: nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
 
 
 def nvml_device_count() -> int | None:
     """How many GPUs NVML sees, or None when NVML is unavailable."""
-    def query() -> int:
-        nv = _nvml()
-        try:
-            return int(nv.nvmlDeviceGetCount())
-        finally:
-            nv.nvmlShutdown()
-
-    try:
-        return _bounded(query, 5.0)
-    except Exception:
-        return None
+    return _nvml_int(lambda nv: nv.nvmlDeviceGetCount())

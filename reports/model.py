@@ -84,3 +84,33 @@ class Report:
             "environment": self.environment,
             "results": [r.to_dict() for r in self.results],
         }
+
+
+def report_from_dict(data: dict[str, Any]) -> Report:
+    """A `Report` from its `to_dict()` form (a saved or redacted JSON report)."""
+    results = []
+    for r in data.get("results", []):
+        results.append(ProbeResult(
+            probe=r["probe"],
+            title=r.get("title", r["probe"]),
+            status=Status(r["status"]),
+            summary=r.get("summary", ""),
+            duration_s=float(r.get("duration_s") or 0.0),
+            device=r.get("device"),
+            details=r.get("details") or {},
+            findings=[
+                Finding(f["kb_id"], f.get("summary", ""), tuple(f.get("evidence") or ()), f.get("severity", "error"))
+                for f in r.get("findings") or []
+            ],
+            exit_code=r.get("exit_code"),
+            signal=r.get("signal"),
+            stderr_tail=r.get("stderr_tail"),
+        ))
+    return Report(
+        results=results,
+        environment=data.get("environment") or {},
+        tool_version=(data.get("tool") or {}).get("version") or "",
+        created=data.get("created", ""),
+        redacted=bool(data.get("redacted", False)),
+        duration_s=float(data.get("duration_s") or 0.0),
+    )

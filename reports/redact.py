@@ -147,6 +147,6 @@ def redact_report(data: dict[str, Any], redactor: Redactor | None = None) -> dic
 
 def redact(report: Any) -> Any:
     """`redact_report` for a `Report` object: returns a new, redacted `Report`."""
-    from gpudoctor.reports.render import report_from_dict
+    from gpudoctor.reports.model import report_from_dict
 
     return report_from_dict(redact_report(report.to_dict()))

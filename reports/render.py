@@ -9,15 +9,15 @@ A finding's fix and patch come from the knowledge base (`gpudoctor.kb.load_entry
 rendering; when an entry is missing or the knowledge base cannot load, the finding still shows its id
 and the command `gpudoctor explain ID`. `kb=` replaces the lookup (tests pin output with it).
 
-`report_from_dict` rebuilds a `Report` from its JSON form, so saved and redacted reports render too.
+`report_from_dict` (from the model) rebuilds a `Report` from its JSON form, so saved and redacted reports render too.
 """
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor.probes.base import Finding, Status
-from gpudoctor.reports.model import ProbeResult, Report
+from gpudoctor.probes.base import Status
+from gpudoctor.reports.model import Report, report_from_dict  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -357,31 +357,3 @@ RENDERERS: dict[str, Callable[..., Any]] = {
 # --- loading -------------------------------------------------------------------------------------
 
 
-def report_from_dict(data: dict[str, Any]) -> Report:
-    """A `Report` from its `to_dict()` form (a saved or redacted JSON report)."""
-    results = []
-    for r in data.get("results", []):
-        results.append(ProbeResult(
-            probe=r["probe"],
-            title=r.get("title", r["probe"]),
-            status=Status(r["status"]),
-            summary=r.get("summary", ""),
-            duration_s=float(r.get("duration_s") or 0.0),
-            device=r.get("device"),
-            details=r.get("details") or {},
-            findings=[
-                Finding(f["kb_id"], f.get("summary", ""), tuple(f.get("evidence") or ()), f.get("severity", "error"))
-                for f in r.get("findings") or []
-            ],
-            exit_code=r.get("exit_code"),
-            signal=r.get("signal"),
-            stderr_tail=r.get("stderr_tail"),
-        ))
-    return Report(
-        results=results,
-        environment=data.get("environment") or {},
-        tool_version=_get(data, "tool", "version") or "",
-        created=data.get("created", ""),
-        redacted=bool(data.get("redacted", False)),
-        duration_s=float(data.get("duration_s") or 0.0),
-    )

@@ -32,11 +32,15 @@ Loading is lazy and cached; nothing is read on import.
 from __future__ import annotations
 
 import functools
-import re
-import tomllib
-from dataclasses import dataclass
 import os
+import re
+from dataclasses import dataclass
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, published as tomli
+    import tomli as tomllib  # type: ignore[no-redef]
 
 APPLICABILITY = ("safe", "unsafe", "display-only")
 ROLES = ("anchor", "support")

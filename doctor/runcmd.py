@@ -131,13 +131,18 @@ class RunResult:
         return self.signal is None and self.returncode == 0
 
     @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    @property
     def how(self) -> str:
         if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            return f"was killed by {name}"
+            return f"was killed by {self.signal_name}"
         return f"exited with code {self.returncode}"
 
 

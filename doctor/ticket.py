@@ -54,6 +54,7 @@ BUNDLE_FILES = ("ticket.md", "run.json", "scan.json", "output.log")
 _TICKET_TAIL_LINES = 200
 _ERROR_LINES = 80
 _LINE_CHARS = 1000
+_CHUNK_CHARS = 64 << 10
 
 
 # --- reading the output --------------------------------------------------------------------------
@@ -98,11 +99,23 @@ class Diagnosis:
         return any(not m.context_only and not m.entry.generic for m in self.matches)
 
 
+def _line_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
+    """`text` in pieces of about `size` that end at line boundaries. The matcher tries a bounded
+    number of lines per keyword and chunk; small chunks keep a keyword that a log repeats early
+    from hiding the error at its end."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
 def diagnose(text: str, match: Callable[[Iterable[str]], list] | None = None) -> Diagnosis:
     """The known failures in `text`, best first, and the traceback of the failure."""
     if match is None:
         from gpudoctor.matcher import match_chunks as match
-    matches = tuple(match([text]))
+    matches = tuple(match(_line_chunks(text)))
     hints = tuple(matches[0].evidence) if matches else ()
     tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), hints)
     return Diagnosis(matches, tb)
@@ -118,8 +131,9 @@ def is_asynchronous(diagnosis: Diagnosis) -> bool:
 @dataclass(frozen=True)
 class Localization:
     """The synchronous re-run and what it says. verdict: "moved" (the real line differs from the
-    blamed one), "same", "passed" (the command succeeded when synchronous), "no-traceback", or
-    "already-synchronous" (CUDA_LAUNCH_BLOCKING=1 was set for the first run: nothing re-run)."""
+    blamed one), "same", "passed" (the command succeeded when synchronous), "no-traceback",
+    "interrupted" (by the user), or "already-synchronous" (CUDA_LAUNCH_BLOCKING=1 was set for the
+    first run: nothing re-run)."""
 
     verdict: str
     env: dict[str, str]
@@ -132,14 +146,13 @@ class Localization:
     diagnosis: Diagnosis | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        frame = lambda f: f.to_dict() if f else None  # noqa: E731
         out: dict[str, Any] = {
             "verdict": self.verdict,
             "env": dict(self.env),
-            "blamed": frame(self.blamed),
-            "real": frame(self.real),
+            "blamed": self.blamed.to_dict() if self.blamed else None,
+            "real": self.real.to_dict() if self.real else None,
             "operator": self.operator,
-            "call": frame(self.call),
+            "call": self.call.to_dict() if self.call else None,
             "exception": self.exception,
             "summary": self.summary(),
         }
@@ -155,6 +168,8 @@ class Localization:
         """One sentence for people."""
         if self.verdict == "already-synchronous":
             return "CUDA_LAUNCH_BLOCKING=1 was already set: the line shown is the line that failed."
+        if self.verdict == "interrupted":
+            return "The synchronous re-run was interrupted: nothing to compare."
         if self.verdict == "passed":
             return ("With CUDA_LAUNCH_BLOCKING=1 the command succeeded: the failure depends on "
                     "asynchronous execution (a race between streams, or memory read before a kernel wrote it).")
@@ -191,6 +206,8 @@ def localize(
         from gpudoctor.runcmd import run_command as run
     environ.update(LOCALIZE_ENV)
     result = run(argv, env=environ, **run_options)
+    if result.interrupts:
+        return Localization("interrupted", dict(LOCALIZE_ENV), blamed, result=result)
     if result.ok:
         return Localization("passed", dict(LOCALIZE_ENV), blamed, result=result)
     text = output_text(result)
@@ -329,7 +346,7 @@ def build_ticket(
         "exit": {
             "status": result.exit_status,
             "code": result.returncode,
-            "signal": result.how.rpartition(" ")[2] if result.signal is not None else None,
+            "signal": result.signal_name,
             "how": result.how,
             "duration_s": round(result.duration_s, 3),
             "interrupted": result.interrupts > 0,
@@ -408,6 +425,7 @@ _LOCALIZATION_MD = {
     "passed": ("With CUDA_LAUNCH_BLOCKING=1 the command **succeeded**: the failure depends on asynchronous "
                "execution (a race between streams, or memory read before a kernel wrote it)."),
     "no-traceback": "The synchronous re-run failed without a Python traceback to locate.",
+    "interrupted": "The synchronous re-run was interrupted: nothing to compare.",
     "already-synchronous": "CUDA_LAUNCH_BLOCKING=1 was already set: the traceback points at the real failure.",
 }
 

@@ -9,9 +9,10 @@ executed, as shells do. Nothing here imports torch.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 
@@ -167,6 +168,13 @@ def run(
             ticket.check_bundle_dir(bundle)
         except ticket.BundleError as exc:
             _fail(str(exc))
+    if python is not None and bundle is not None and not no_scan:
+        from gpudoctor import runner
+
+        try:
+            python = runner.resolve_python(python)
+        except runner.ScanError as exc:
+            _fail(str(exc))
 
     def interrupted(n: int) -> None:
         if quiet:
@@ -297,6 +305,20 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
     return report, probes, None
 
 
+@contextlib.contextmanager
+def _render_guard(what: str) -> Iterator[None]:
+    """The last line of defence for input that passed validation yet trips a renderer: one line
+    and exit 2 instead of a traceback (and a request for a bug report: validation should have
+    refused it)."""
+    try:
+        yield
+    except (typer.Exit, SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        _fail(f"{what}: cannot render this report ({type(exc).__name__}: {exc}); "
+              "please report this as a gpudoctor bug")
+
+
 # --- report --------------------------------------------------------------------------------------
 
 
@@ -321,12 +343,13 @@ def report(
         data = redact_report(data)
     # What is printed is made safe first; the JSON form keeps the values as they are (JSON escapes).
     shown = report_from_dict(data if fmt == "json" else load.sanitize(data))
-    if fmt == "json":
-        write_output(output, render.render_json(shown))
-    elif fmt == "md":
-        write_output(output, render.render_markdown(shown))
-    else:
-        _show(lambda console: render.render_terminal(shown, console), output)
+    with _render_guard(file):
+        if fmt == "json":
+            write_output(output, render.render_json(shown))
+        elif fmt == "md":
+            write_output(output, render.render_markdown(shown))
+        else:
+            _show(lambda console: render.render_terminal(shown, console), output)
     raise typer.Exit(EXIT_FINDINGS if shown.has_problems else EXIT_OK)
 
 
@@ -364,12 +387,13 @@ def diff(
         if isinstance(exc, KnowledgeBaseError):
             _fail(f"the knowledge base is damaged: {exc}")
         raise
-    if fmt == "json":
-        write_output(output, rdiff.render_json(result))
-    elif fmt == "md":
-        write_output(output, rdiff.render_markdown(result))
-    else:
-        _show(lambda console: rdiff.render_text(result, console), output)
+    with _render_guard(f"{a} and {b}"):
+        if fmt == "json":
+            write_output(output, rdiff.render_json(result))
+        elif fmt == "md":
+            write_output(output, rdiff.render_markdown(result))
+        else:
+            _show(lambda console: rdiff.render_text(result, console), output)
     raise typer.Exit(EXIT_FINDINGS if result.verdicts_changed else EXIT_OK)
 
 

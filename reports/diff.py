@@ -281,38 +281,38 @@ def _results(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in report.get("results") or [] if isinstance(r, dict)]
 
 
+def _device(result: dict[str, Any] | None) -> str | None:
+    return _s(result["device"]) if result and result.get("device") is not None else None
+
+
+def _finding_ids(result: dict[str, Any] | None) -> list[str]:
+    findings = (result or {}).get("findings") or []
+    return sorted({_s(f.get("kb_id")) for f in findings if isinstance(f, dict)})
+
+
 def pair_results(a: dict[str, Any], b: dict[str, Any]) -> list[Verdict]:
     """Results of A and B paired by (probe, device), then leftovers by probe, in A's order."""
     ra, rb = _results(a), _results(b)
-    used_b: set[int] = set()
-    pairs: list[tuple[dict | None, dict | None]] = []
-    unpaired_a = []
-    for x in ra:
-        j = next((j for j, y in enumerate(rb) if j not in used_b and y.get("probe") == x.get("probe")
-                  and y.get("device") == x.get("device")), None)
-        if j is None:
-            unpaired_a.append(x)
-            pairs.append((x, None))
-        else:
-            used_b.add(j)
-            pairs.append((x, rb[j]))
-    for i, (x, y) in enumerate(pairs):
-        if y is None and x is not None:
-            j = next((j for j, yy in enumerate(rb) if j not in used_b and yy.get("probe") == x.get("probe")), None)
+    free = list(range(len(rb)))  # indices of B's results not paired yet
+    matched: list[int | None] = [None] * len(ra)
+    for same_device in (True, False):
+        for i, x in enumerate(ra):
+            if matched[i] is not None:
+                continue
+            j = next((j for j in free if rb[j].get("probe") == x.get("probe")
+                      and (not same_device or rb[j].get("device") == x.get("device"))), None)
             if j is not None:
-                used_b.add(j)
-                pairs[i] = (x, rb[j])
-    pairs += [(None, y) for j, y in enumerate(rb) if j not in used_b]
+                free.remove(j)
+                matched[i] = j
+    pairs = [(x, rb[j] if j is not None else None) for x, j in zip(ra, matched)] + [(None, rb[j]) for j in free]
     out = []
     for x, y in pairs:
-        ids = lambda r: sorted({str(f.get("kb_id")) for f in (r or {}).get("findings") or [] if isinstance(f, dict)})  # noqa: E731
         out.append(Verdict(
             probe=_s((x or y or {}).get("probe")),
-            device_a=_s(x.get("device")) if x and x.get("device") is not None else None,
-            device_b=_s(y.get("device")) if y and y.get("device") is not None else None,
+            device_a=_device(x), device_b=_device(y),
             a=_s(x.get("status")) if x else None,
             b=_s(y.get("status")) if y else None,
-            findings_a=ids(x), findings_b=ids(y),
+            findings_a=_finding_ids(x), findings_b=_finding_ids(y),
         ))
     return out
 

@@ -12,7 +12,8 @@ the one line the user sees. In order:
    version that wrote it. A newer minor (1.3 when this gpudoctor writes 1.0) only adds fields, so it
    is read by the structural check below, the fields this version does not know being ignored.
 5. Validation, always by `check_structure`: every field that the renderers and `diff` rely on,
-   with its type, and the `summary` counts against the results (a truncated or edited list of
+   with its type (the environment's sections included, as far as reports/schema.json describes
+   them), and the `summary` counts against the results (a truncated or edited list of
    results is refused, not rendered as a healthier machine). In addition, when the `jsonschema`
    package is importable (it is a test dependency, not a runtime one) and the report is of this
    version's minor or older, it is validated against reports/schema.json too. `validator_used()`
@@ -242,6 +243,7 @@ def check_structure(data: dict[str, Any]) -> None:
             evidence = f.get("evidence", [])
             _expect(isinstance(evidence, list) and all(isinstance(e, str) for e in evidence), f"{fat}.evidence", "not a list of strings")
             _expect(f.get("severity", "error") in SEVERITIES, f"{fat}.severity", "must be error or warning")
+    check_environment(data["environment"])
     summary = data.get("summary")
     if summary is not None:
         _expect(isinstance(summary, dict), "summary", "not an object")
@@ -253,6 +255,82 @@ def check_structure(data: dict[str, Any]) -> None:
                     f"summary.{status}: says {claimed} but the results hold {counts[status]}: "
                     "the report was truncated or edited"
                 )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _dicts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _section(env: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """An environment section to check, or None when it is absent or says why it is missing."""
+    value = env.get(name)
+    if value is None or (isinstance(value, str) and value.startswith("not available")):
+        return None
+    _expect(isinstance(value, dict), f"environment.{name}", "not an object")
+    if value.get("available") is False:
+        _expect(isinstance(value.get("reason"), str), f"environment.{name}.reason", "missing or not a string")
+        return None
+    return value
+
+
+def check_environment(env: dict[str, Any]) -> None:
+    """The shapes of the environment sections that the schema describes and the renderers read."""
+    at = "environment"
+    system = _section(env, "system")
+    if system is not None:
+        for key in ("container", "wsl"):
+            _expect(system.get(key) is None or isinstance(system[key], dict), f"{at}.system.{key}", "not an object")
+    _section(env, "python")
+    packages = _section(env, "packages")
+    if packages is not None:
+        installed = packages.get("installed", {})
+        _expect(isinstance(installed, dict), f"{at}.packages.installed", "not an object")
+        for name, info in installed.items():
+            where = f"{at}.packages.installed.{name}"
+            _expect(isinstance(info, dict) and isinstance(info.get("version"), str), where, "not an object with a version string")
+            _expect(info.get("duplicates") is None or _strings(info["duplicates"]), f"{where}.duplicates", "not a list of strings")
+        _expect(_strings(packages.get("not_installed", [])), f"{at}.packages.not_installed", "not a list of strings")
+    nvml = _section(env, "nvml")
+    if nvml is not None:
+        gpus = nvml.get("gpus", [])
+        _expect(isinstance(gpus, list) and all(isinstance(g, (dict, str)) for g in gpus), f"{at}.nvml.gpus",
+                "not a list of objects")
+        for i, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
+            for key in ("memory", "ecc", "pcie"):
+                _expect(gpu.get(key) is None or isinstance(gpu[key], (dict, str)), f"{at}.nvml.gpus[{i}].{key}", "not an object")
+            reasons = gpu.get("throttle_reasons")
+            _expect(reasons is None or _strings(reasons), f"{at}.nvml.gpus[{i}].throttle_reasons", "not a list of strings")
+    torch = _section(env, "torch")
+    if torch is not None:
+        _expect(_optional(torch.get("version"), str), f"{at}.torch.version", "not a string")
+        _expect(_optional(torch.get("built_with_cuda"), str), f"{at}.torch.built_with_cuda", "not a string or null")
+        _expect(torch.get("cuda_available") is None or isinstance(torch["cuda_available"], bool),
+                f"{at}.torch.cuda_available", "not true/false")
+        arch = torch.get("arch_list")
+        _expect(arch is None or isinstance(arch, str) or _strings(arch), f"{at}.torch.arch_list", "not a list of strings")
+        _expect(torch.get("cudnn") is None or isinstance(torch["cudnn"], (dict, str)), f"{at}.torch.cudnn", "not an object")
+        _expect(_dicts(torch.get("devices", [])), f"{at}.torch.devices", "not a list of objects")
+    libs = _section(env, "cuda_libraries")
+    if libs is not None:
+        libraries = libs.get("libraries", {})
+        _expect(isinstance(libraries, dict), f"{at}.cuda_libraries.libraries", "not an object")
+        for name, entry in libraries.items():
+            where = f"{at}.cuda_libraries.libraries.{name}"
+            _expect(isinstance(entry, dict), where, "not an object")
+            for key in ("loaded", "installed"):
+                copies = entry.get(key, [])
+                _expect(_dicts(copies) and all(isinstance(c.get("path", ""), str) and _optional(c.get("version"), str)
+                                               for c in copies), f"{where}.{key}", "not a list of {path, version} objects")
+        flags = libs.get("flags", [])
+        _expect(_dicts(flags) and all(all(isinstance(f.get(k, ""), str) for k in ("kind", "library", "detail")) for f in flags),
+                f"{at}.cuda_libraries.flags", "not a list of {kind, library, detail} objects")
+    env_vars = _section(env, "env_vars")
+    if env_vars is not None:
+        _expect(all(isinstance(v, str) for v in env_vars.values()), f"{at}.env_vars", "values must be strings")
 
 
 def _jsonschema_validator() -> Any:

@@ -180,6 +180,32 @@ def test_every_bad_report_is_one_line_and_exit_2_for_report_and_diff(tmp_path):
             assert r.exception is None or isinstance(r.exception, SystemExit), (name, r.exception)
 
 
+@pytest.mark.parametrize("path, value", [
+    (("torch", "devices"), ["cuda:0"]),
+    (("torch", "arch_list"), [{"sm": 90}]),
+    (("nvml", "gpus", 0, "pcie"), [4, 16]),
+    (("nvml", "gpus", 0, "throttle_reasons"), "idle"),
+    (("packages", "installed", "diffusers"), "0.35"),
+    (("packages", "installed", "nvidia-cuda-runtime-cu12", "duplicates"), [{"v": 1}]),
+    (("cuda_libraries", "libraries", "cudart", "loaded", 0), ["path"]),
+    (("cuda_libraries", "flags", 0), "duplicate"),
+    (("env_vars", "CUDA_VISIBLE_DEVICES"), 0),
+    (("system", "container"), True),
+])
+@pytest.mark.parametrize("use_jsonschema", [True, False])
+def test_environment_shapes_the_renderers_read_are_checked(tmp_path, monkeypatch, path, value, use_jsonschema):
+    data = sample()
+    target = data["environment"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    if not use_jsonschema:
+        monkeypatch.setattr(load, "_get_validator", lambda: None)
+    r = invoke("report", write(tmp_path, data))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and "environment." in r.stderr
+
+
 def test_structural_checks_without_jsonschema():
     data = sample()
     load.validate(data, "x", use_jsonschema=False)

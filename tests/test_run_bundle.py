@@ -15,7 +15,7 @@ from gpudoctor.matcher import Match
 from gpudoctor.reports.model import report_from_dict
 from gpudoctor.reports.redact import Redactor
 from gpudoctor.runcmd import Record, RunResult
-from run_helpers import gpudoctor, script
+from run_helpers import gpudoctor, needs_torch, script
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 GOLDEN = FIXTURES / "tickets" / "ticket.md"
@@ -205,6 +205,7 @@ def test_bundle_path_that_is_a_file_is_refused(tmp_path):
 # --- end to end ----------------------------------------------------------------------------------
 
 
+@needs_torch
 def test_cli_bundle_from_a_real_torch_failure(tmp_path):
     bundle = tmp_path / "bundle"
     done = gpudoctor("run", "--bundle", str(bundle), "--", sys.executable, script("dtype_mismatch.py"))

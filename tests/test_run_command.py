@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from gpudoctor import runcmd
-from run_helpers import GPUDOCTOR, PtySession, gpudoctor, script, set_size
+from run_helpers import GPUDOCTOR, PtySession, gpudoctor, needs_torch, script, set_size
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes, signals and ptys")
 
@@ -119,6 +119,7 @@ def test_cli_without_double_dash_stops_parsing_at_the_command():
     assert done.returncode == 0 and done.stdout == b"['--localize', '-q']\n"
 
 
+@needs_torch
 def test_cli_dtype_mismatch_is_explained_and_its_exit_code_kept():
     done = gpudoctor("run", "--", sys.executable, script("dtype_mismatch.py"))
     assert done.returncode == 1  # Python's exit code for an uncaught exception

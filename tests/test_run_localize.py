@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gpudoctor import ticket
-from run_helpers import gpudoctor, script
+from run_helpers import gpudoctor, needs_torch, script
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
 
@@ -46,6 +46,7 @@ def test_without_localize_nothing_is_re_run(tmp_path):
     assert done.stdout.count(b"step done") == 1
 
 
+@needs_torch
 def test_localize_skips_a_failure_that_is_not_asynchronous(tmp_path):
     done, record = _record(tmp_path, "--localize", "--", sys.executable, script("dtype_mismatch.py"))
     assert record["localization"] is None

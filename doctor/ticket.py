@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from gpudoctor import pytrace
+from gpudoctor.reports.markdown import code_span as _code
+from gpudoctor.reports.markdown import fence as _fence
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -390,27 +392,6 @@ def _cwd() -> str:
 
 
 # --- rendering -----------------------------------------------------------------------------------
-
-
-def _code(text: Any) -> str:
-    """Inline Markdown code that no text can break out of (backticks, pipes, newlines, markup)."""
-    text = visible(str(text), 300).replace("\n", " ").replace("|", "\\|")
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-def _fence(text: str, lang: str = "") -> str:
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
 def _plain(text: Any) -> str:

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from gpudoctor.reports.markdown import code_span as _md
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -497,18 +498,6 @@ def render_text(diff: Diff, console: "Console") -> None:
             say(f"{n}. {d.label}: {_change_text(d)}{why}", "bold" if d.score else "", 2)
     else:
         say("The environments do not differ in anything gpudoctor compares.")
-
-
-def _md(text: Any) -> str:
-    """A value in a Markdown table cell: inline code that nothing inside can close."""
-    text = visible(str(text), _VALUE_CHARS).replace("\n", " ").replace("|", "\\|")
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def render_markdown(diff: Diff) -> str:

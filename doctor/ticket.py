@@ -283,19 +283,15 @@ def _is_python_name(name: str) -> bool:
 
 
 def entry_brief(entry: "Entry") -> dict[str, Any]:
-    """What a ticket shows of a knowledge-base entry (public references only)."""
-    return {
-        "id": entry.id,
-        "title": entry.title,
-        "what": entry.what,
-        "why": list(entry.why),
-        "fix": list(entry.fix),
-        "patch": entry.patch,
-        "patch_lang": entry.patch_lang,
-        "applicability": entry.applicability,
-        "fix_safety": entry.fix_safety,
-        "references": [{"title": r.title, "url": r.url} for r in entry.references if r.url],
-    }
+    """What a ticket shows of a knowledge-base entry: `explain`'s JSON form of it, less the
+    corrections (they are about the field notes, which users never see) and with only the public
+    references (those with a URL)."""
+    from gpudoctor.explain import entry_to_dict
+
+    data = entry_to_dict(entry)
+    data.pop("corrections", None)
+    data["references"] = [{"title": r["title"], "url": r["url"]} for r in data.get("references") or [] if r.get("url")]
+    return data
 
 
 def _diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
@@ -665,27 +661,23 @@ def _bundle_dir(path: str, now: _dt.datetime) -> tuple[str, bool]:
     or empty, else a new `gpudoctor-run-<time>` inside it (never one that exists)."""
     check_bundle_dir(path)
     try:
-        os.makedirs(path)
-        return path, False
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise BundleError(f"--bundle {path}: {exc.strerror or exc}") from None
-    try:
+        try:
+            os.makedirs(path)
+            return path, False
+        except FileExistsError:
+            pass
         if not os.listdir(path):
             return path, False
+        stem = "gpudoctor-run-" + now.strftime("%Y%m%d-%H%M%S")
+        for n in range(1, 1000):
+            sub = os.path.join(path, stem if n == 1 else f"{stem}-{n}")
+            try:
+                os.mkdir(sub)  # exclusive: a folder someone else just made is never shared
+                return sub, True
+            except FileExistsError:
+                continue
     except OSError as exc:
         raise BundleError(f"--bundle {path}: {exc.strerror or exc}") from None
-    stem = "gpudoctor-run-" + now.strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        sub = os.path.join(path, stem if n == 1 else f"{stem}-{n}")
-        try:
-            os.mkdir(sub)
-            return sub, True
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise BundleError(f"--bundle {path}: {exc.strerror or exc}") from None
     raise BundleError(f"--bundle {path}: too many bundles from the same second")
 
 

@@ -325,5 +325,12 @@ def scan(
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
 
 
+# --- run, report, diff: the ticket commands live in gpudoctor.ticket_cli ----------------------------
+
+from gpudoctor.ticket_cli import register as _register_ticket_commands  # noqa: E402
+
+_register_ticket_commands(app)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,740 @@
+"""From a failed command to a bug ticket: what `gpudoctor run` does once the command has ended.
+
+    diagnose(result)        the known failures in the output (`gpudoctor.matcher`, ranked as
+                            `explain` ranks them) and the Python traceback of the failure
+    localize(...)           for an asynchronous CUDA failure: one more run with
+                            CUDA_LAUNCH_BLOCKING=1 and TORCH_SHOW_CPP_STACKTRACES=1, and the line
+                            and operator that really failed beside the line the first run blamed
+    scan_probes(...)        the probes the explanation points at (`Entry.probes`)
+    build_ticket(...)       all of it as one JSON-ready dict (`RUN_SCHEMA_VERSION`), redacted
+    render_markdown/...     the ticket as `ticket.md` (under `MAX_TICKET_CHARS`), as terminal text
+    write_bundle(...)       the bundle folder, never overwriting anything the user had
+
+Redaction: the passthrough of the command's output to the user's own terminal is byte-for-byte
+unchanged (it is their program talking to them, and rewriting it would break progress bars and
+binary output); everything gpudoctor writes itself (the diagnosis on stderr, `-o`, every bundle
+file) goes through `gpudoctor.reports.redact.Redactor` unless the user asks for `--no-redact`.
+
+Nothing here prints. Standard library only, except the renderer for the terminal (rich).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from gpudoctor import pytrace
+from gpudoctor.reports.markdown import code_span as _code
+from gpudoctor.reports.markdown import fence as _fence
+from gpudoctor.safetext import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpudoctor.kb import Entry
+    from gpudoctor.matcher import Match
+    from gpudoctor.reports.model import Report
+    from gpudoctor.runcmd import RunResult
+
+RUN_SCHEMA_VERSION = "1.0"
+MAX_TICKET_CHARS = 65_000  # GitHub and GitLab refuse an issue body of 65,536 characters or more
+LOCALIZE_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
+# Knowledge-base ids of the CUDA errors that surface at a later API call than the one that caused
+# them (the kernel-error class whose message carries the "might be asynchronously reported" trailer,
+# which `async-error-reporting` recognises on its own).
+ASYNC_IDS = ("misaligned-address", "illegal-memory-access", "device-side-assert", "async-error-reporting")
+# When nothing known matched, the bundle still scans cuda-runtime: the environment and whether CUDA
+# works at all are what a maintainer asks for first.
+FALLBACK_PROBES = ("cuda-runtime",)
+BUNDLE_FILES = ("ticket.md", "run.json", "scan.json", "output.log")
+_TICKET_TAIL_LINES = 200
+_ERROR_LINES = 80
+_LINE_CHARS = 1000
+_CHUNK_CHARS = 64 << 10
+
+
+# --- reading the output --------------------------------------------------------------------------
+
+
+def output_text(result: "RunResult") -> str:
+    """What was kept of the command's output: the combined head and tail, and the stderr tail too
+    when the combined record lost bytes (a traceback on stderr under a flood on stdout)."""
+    text = result.output.text()
+    if result.output.omitted and result.stderr.total:
+        text += "\n[... the end of stderr ...]\n" + result.stderr.tail.decode("utf-8", "replace")
+    return text
+
+
+def clean_log(text: str) -> str:
+    """Output as a person saw it, as plain text: a line redrawn with carriage returns (progress bars)
+    keeps its last state, terminal sequences are removed, other control characters shown."""
+    lines = []
+    for line in text.split("\n"):
+        if "\r" in line:
+            line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        lines.append(line)
+    return visible("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    matches: tuple["Match", ...]
+    traceback: pytrace.Traceback | None
+
+    @property
+    def best(self) -> "Match | None":
+        return self.matches[0] if self.matches else None
+
+    @property
+    def frame(self) -> pytrace.Frame | None:
+        return pytrace.user_frame(self.traceback) if self.traceback else None
+
+    @property
+    def specific(self) -> bool:
+        """Whether something more than generic context (the async trailer alone) was recognised."""
+        return any(not m.context_only and not m.entry.generic for m in self.matches)
+
+
+def _line_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
+    """`text` in pieces of about `size` that end at line boundaries. The matcher tries a bounded
+    number of lines per keyword and chunk; small chunks keep a keyword that a log repeats early
+    from hiding the error at its end."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def diagnose(text: str, match: Callable[[Iterable[str]], list] | None = None) -> Diagnosis:
+    """The known failures in `text`, best first, and the traceback of the failure."""
+    if match is None:
+        from gpudoctor.matcher import match_chunks as match
+    matches = tuple(match(_line_chunks(text)))
+    hints = tuple(matches[0].evidence) if matches else ()
+    tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), hints)
+    return Diagnosis(matches, tb)
+
+
+def is_asynchronous(diagnosis: Diagnosis) -> bool:
+    return any(m.id in ASYNC_IDS for m in diagnosis.matches)
+
+
+# --- localizing an asynchronous failure ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Localization:
+    """The synchronous re-run and what it says. verdict: "moved" (the real line differs from the
+    blamed one), "same", "passed" (the command succeeded when synchronous), "no-traceback",
+    "interrupted" (by the user), or "already-synchronous" (CUDA_LAUNCH_BLOCKING=1 was set for the
+    first run: nothing re-run)."""
+
+    verdict: str
+    env: dict[str, str]
+    blamed: pytrace.Frame | None
+    real: pytrace.Frame | None = None
+    operator: str | None = None
+    call: pytrace.Frame | None = None  # the library function the real line called into
+    exception: str | None = None
+    result: "RunResult | None" = None
+    diagnosis: Diagnosis | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "env": dict(self.env),
+            "blamed": self.blamed.to_dict() if self.blamed else None,
+            "real": self.real.to_dict() if self.real else None,
+            "operator": self.operator,
+            "call": self.call.to_dict() if self.call else None,
+            "exception": self.exception,
+            "summary": self.summary(),
+        }
+        if self.result is not None:
+            out["exit_status"] = self.result.exit_status
+            out["how"] = self.result.how
+            out["duration_s"] = round(self.result.duration_s, 3)
+        if self.diagnosis is not None:
+            out["matches"] = [m.to_dict() for m in self.diagnosis.matches]
+        return out
+
+    def summary(self) -> str:
+        """One sentence for people."""
+        if self.verdict == "already-synchronous":
+            return "CUDA_LAUNCH_BLOCKING=1 was already set: the line shown is the line that failed."
+        if self.verdict == "interrupted":
+            return "The synchronous re-run was interrupted: nothing to compare."
+        if self.verdict == "passed":
+            return ("With CUDA_LAUNCH_BLOCKING=1 the command succeeded: the failure depends on "
+                    "asynchronous execution (a race between streams, or memory read before a kernel wrote it).")
+        if self.verdict == "no-traceback":
+            how = self.result.how if self.result else "ended"
+            return f"The synchronous re-run {how} without a Python traceback to locate."
+        real = _where(self.real) if self.real else "?"
+        op = f" (operator {self.operator})" if self.operator else ""
+        if self.verdict == "same":
+            return f"With CUDA_LAUNCH_BLOCKING=1 it fails at the same line, {real}{op}: the line shown is right."
+        blamed = _where(self.blamed) if self.blamed else "no line"
+        return f"With CUDA_LAUNCH_BLOCKING=1 it fails at {real}{op}; the first run blamed {blamed}."
+
+
+def _where(frame: pytrace.Frame) -> str:
+    return f"{frame.file}:{frame.line} in {frame.function}" if frame.function else frame.location()
+
+
+def localize(
+    argv: Sequence[str],
+    first: Diagnosis,
+    *,
+    environ: Mapping[str, str] | None = None,
+    run: Callable[..., "RunResult"] | None = None,
+    **run_options: Any,
+) -> Localization:
+    """Re-run `argv` once with LOCALIZE_ENV and compare where it fails with where `first` blamed.
+    `run` is `gpudoctor.runcmd.run_command` (tests pass another)."""
+    environ = dict(os.environ if environ is None else environ)
+    blamed = first.frame
+    if environ.get("CUDA_LAUNCH_BLOCKING") == "1":
+        return Localization("already-synchronous", {}, blamed, real=blamed)
+    if run is None:
+        from gpudoctor.runcmd import run_command as run
+    environ.update(LOCALIZE_ENV)
+    result = run(argv, env=environ, **run_options)
+    if result.interrupts:
+        return Localization("interrupted", dict(LOCALIZE_ENV), blamed, result=result)
+    if result.ok:
+        return Localization("passed", dict(LOCALIZE_ENV), blamed, result=result)
+    text = output_text(result)
+    second = diagnose(text)
+    tb = second.traceback
+    if tb is None:
+        return Localization("no-traceback", dict(LOCALIZE_ENV), blamed, result=result, diagnosis=second)
+    real = pytrace.user_frame(tb)
+    operator = pytrace.cpp_operator("\n".join(tb.message)) or pytrace.cpp_operator(text)
+    same = blamed is not None and real is not None and (blamed.file, blamed.line) == (real.file, real.line)
+    return Localization("same" if same else "moved", dict(LOCALIZE_ENV), blamed, real=real, operator=operator,
+                        call=pytrace.library_call(tb), exception=tb.exception, result=result, diagnosis=second)
+
+
+# --- the scan ------------------------------------------------------------------------------------
+
+
+def known_probe_ids() -> tuple[str, ...]:
+    from gpudoctor.probes import load_builtin
+
+    return tuple(m.SPEC.id for m in load_builtin())
+
+
+def scan_probes(diagnosis: Diagnosis, known: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The probes the explanation points at (each recognised entry's `probes`, best match first),
+    or FALLBACK_PROBES when nothing known was recognised."""
+    known = tuple(known if known is not None else known_probe_ids())
+    out: list[str] = []
+    for m in sorted(diagnosis.matches, key=lambda m: m.context_only):
+        for probe in m.entry.probes:
+            if probe in known and probe not in out:
+                out.append(probe)
+    return tuple(out) or tuple(p for p in FALLBACK_PROBES if p in known)
+
+
+def guess_python(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """The interpreter the command runs: its first word when that is a Python, or the `#!` line of
+    the script it names (`torchrun`, `accelerate`); None when neither says."""
+    if not argv:
+        return None
+    environ = os.environ if environ is None else environ
+    path = environ.get("PATH", os.defpath)
+    found = shutil.which(argv[0], path=path)
+    if found is None:
+        return None
+    if _is_python_name(os.path.basename(found)):
+        return found
+    try:
+        with open(found, "rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+        if words and _is_python_name(words[0]):
+            return shutil.which(words[0], path=path)
+        return None
+    return words[0] if words and _is_python_name(os.path.basename(words[0])) else None
+
+
+def _is_python_name(name: str) -> bool:
+    import re
+
+    return re.fullmatch(r"python(?:\d+(?:\.\d+)?)?", name) is not None
+
+
+# --- the ticket record ---------------------------------------------------------------------------
+
+
+def entry_brief(entry: "Entry") -> dict[str, Any]:
+    """What a ticket shows of a knowledge-base entry: `explain`'s JSON form of it, less the
+    corrections (they are about the field notes, which users never see) and with only the public
+    references (those with a URL)."""
+    from gpudoctor.explain import entry_to_dict
+
+    data = entry_to_dict(entry)
+    data.pop("corrections", None)
+    data["references"] = [{"title": r["title"], "url": r["url"]} for r in data.get("references") or [] if r.get("url")]
+    return data
+
+
+def _diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
+    best = d.best
+    return {
+        "matches": [m.to_dict() for m in d.matches],
+        "entry": entry_brief(best.entry) if best is not None else None,
+        "traceback": d.traceback.to_dict() if d.traceback else None,
+    }
+
+
+def build_ticket(
+    result: "RunResult",
+    diagnosis: Diagnosis,
+    *,
+    localization: Localization | None = None,
+    scan: "Report | None" = None,
+    probes: Sequence[str] = (),
+    scan_error: str | None = None,
+    redactor: Any = None,
+    created: str | None = None,
+    tool_version: str | None = None,
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """Everything about the run as one JSON-ready dict, redacted with `redactor` (a
+    `gpudoctor.reports.redact.Redactor`; None keeps everything as it was)."""
+    import gpudoctor
+
+    if tool_version is None:
+        tool_version = gpudoctor.__version__
+    if created is None:
+        created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    shown = diagnosis
+    source = "run"
+    if localization is not None and localization.diagnosis is not None:
+        # The synchronous run names the error itself where the first run showed only the trailer.
+        if localization.diagnosis.specific and not diagnosis.specific:
+            shown, source = localization.diagnosis, "synchronous re-run"
+    ticket: dict[str, Any] = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "kind": "gpudoctor-run",
+        "tool": {"name": "gpudoctor", "version": tool_version},
+        "created": created,
+        "redacted": redactor is not None,
+        "command": {
+            "argv": list(result.argv),
+            "line": shlex.join(result.argv),
+            "cwd": cwd if cwd is not None else _cwd(),
+        },
+        "exit": {
+            "status": result.exit_status,
+            "code": result.returncode,
+            "signal": result.signal_name,
+            "how": result.how,
+            "duration_s": round(result.duration_s, 3),
+            "interrupted": result.interrupts > 0,
+            "forwarded_signals": list(result.forwarded),
+        },
+        "output": {
+            "bytes": {"stdout": result.stdout.total, "stderr": result.stderr.total},
+            "tty": dict(result.tty),
+            "omitted_bytes": result.output.omitted,
+            "log": clean_log(output_text(result)),
+        },
+        "diagnosis": dict(_diagnosis_dict(shown), source=source),
+        "localization": localization.to_dict() if localization is not None else None,
+        "scan": {"probes": [], "error": None, "report": None},
+    }
+    if redactor is not None:
+        ticket = redactor.value(ticket)
+        ticket["redacted"] = True
+    if scan is not None or scan_error is not None or probes:
+        attach_scan(ticket, scan, probes, scan_error, redactor)
+    return ticket
+
+
+def attach_scan(ticket: dict[str, Any], report: "Report | None", probes: Sequence[str],
+                error: str | None, redactor: Any = None) -> None:
+    """Put the bundle's scan into a ticket built before it ran (the report redacted like the rest)."""
+    data = report.to_dict() if report is not None else None
+    if redactor is not None:
+        from gpudoctor.reports.redact import redact_report
+
+        data = redact_report(data, redactor) if data is not None else None
+        error = redactor.text(error) if error else error
+    ticket["scan"] = {"probes": list(probes), "error": error, "report": data}
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return "?"
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _plain(text: Any) -> str:
+    """Trusted prose (knowledge-base text) for a Markdown paragraph: only controls made visible."""
+    return visible(str(text))
+
+
+# Fixed sentences (the locations, which come from the command's output, are in the table above).
+_LOCALIZATION_MD = {
+    "moved": "The first run blamed the wrong line: CUDA reports a kernel's error at a later API call.",
+    "same": "Both runs fail at the same line: the traceback points at the real failure.",
+    "passed": ("With CUDA_LAUNCH_BLOCKING=1 the command **succeeded**: the failure depends on asynchronous "
+               "execution (a race between streams, or memory read before a kernel wrote it)."),
+    "no-traceback": "The synchronous re-run failed without a Python traceback to locate.",
+    "interrupted": "The synchronous re-run was interrupted: nothing to compare.",
+    "already-synchronous": "CUDA_LAUNCH_BLOCKING=1 was already set: the traceback points at the real failure.",
+}
+
+
+def _frame_md(frame: dict[str, Any] | None) -> str:
+    if not frame:
+        return "no Python traceback"
+    where = _code(f"{frame.get('file')}:{frame.get('line')}")
+    func = f" in {_code(frame['function'])}" if frame.get("function") else ""
+    code = f": {_code(frame['code'])}" if frame.get("code") else ""
+    return f"{where}{func}{code}"
+
+
+def _versions_line(report: dict[str, Any]) -> str:
+    env = report.get("environment") or {}
+    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    nvml = env.get("nvml") if isinstance(env.get("nvml"), dict) else {}
+    python = env.get("python") if isinstance(env.get("python"), dict) else {}
+    parts = []
+    if torch.get("version"):
+        cuda = torch.get("built_with_cuda")
+        parts.append(f"torch {torch['version']}" + (f" (CUDA {cuda})" if cuda else " (no CUDA build)"))
+    if nvml.get("available") and nvml.get("driver_version"):
+        parts.append(f"driver {nvml['driver_version']} (CUDA {nvml.get('cuda_driver_version')})")
+    gpus = [g for g in (nvml.get("gpus") or []) if isinstance(g, dict)]
+    for gpu in gpus[:4]:
+        parts.append(f"{gpu.get('name')} (sm {gpu.get('capability')})")
+    if not gpus and torch and not torch.get("cuda_available"):
+        parts.append("no CUDA device")
+    if python.get("version"):
+        parts.append(f"Python {python['version']}")
+    return ", ".join(visible(str(p), 200) for p in parts) or "environment not collected"
+
+
+def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) -> str:
+    """`ticket.md`: a GitHub/GitLab issue body, pasted as it is, under `limit` characters. The
+    output tail gets what room the rest leaves."""
+    diag = ticket.get("diagnosis") or {}
+    entry = diag.get("entry")
+    matches = diag.get("matches") or []
+    cmd = ticket["command"]["line"]
+    exit_ = ticket["exit"]
+    head = [f"### {_code(cmd)} fails" + (f": {_plain(entry['title'])}" if entry else "")]
+    head += ["", f"{_code(cmd)} {exit_['how']} after {exit_['duration_s']:.1f} s"
+             + (" (interrupted)" if exit_.get("interrupted") else "") + "."]
+    body: list[str] = []
+    if entry:
+        best = matches[0] if matches else {}
+        conf = f"{best.get('confidence', 0):.0%}" if best else ""
+        via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
+        body += ["", f"**Diagnosis**{via}: `{entry['id']}` ({conf}): {_plain(entry['title'])}", "",
+                 _plain(entry["what"])]
+    else:
+        body += ["", "**Diagnosis**: no known failure was recognised in the output."]
+    tb = diag.get("traceback")
+    if tb:
+        body += ["", f"**Where**: {_frame_md(tb.get('user_frame'))}"]
+
+    loc = ticket.get("localization")
+    if loc:
+        body += ["", "#### Where it really failed (CUDA_LAUNCH_BLOCKING=1)", ""]
+        if loc["verdict"] in ("moved", "same"):
+            body += ["| | Location |", "|---|---|",
+                     f"| First run blamed | {_frame_md(loc.get('blamed'))} |",
+                     f"| Synchronous re-run | {_frame_md(loc.get('real'))} |"]
+            extra = []
+            if loc.get("operator"):
+                extra.append(f"operator {_code(loc['operator'])}")
+            if loc.get("call"):
+                call = loc["call"]
+                extra.append(f"called into {_code(call.get('function') or '?')} ({_code(str(call.get('file')) + ':' + str(call.get('line')))})")
+            if extra:
+                body += ["", "Failing: " + ", ".join(extra) + "."]
+        body += ["", _LOCALIZATION_MD.get(loc["verdict"], "")]
+        if loc.get("exception"):
+            body += ["", _fence(visible(loc["exception"], _LINE_CHARS), "text")]
+
+    if tb:
+        lines = [visible(line, _LINE_CHARS) for line in _traceback_lines(tb)]
+        body += ["", "#### Error", "", _fence("\n".join(lines[-_ERROR_LINES:]), "text")]
+    elif matches:
+        body += ["", "#### Error", "", _fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
+
+    if entry:
+        body += ["", "#### Fix", ""]
+        body += [f"{i}. {_plain(step)}" for i, step in enumerate(entry["fix"], 1)]
+        if entry.get("patch"):
+            body += ["", _fence(entry["patch"], entry.get("patch_lang") or "")]
+        if entry.get("applicability") != "safe" and entry.get("fix_safety"):
+            body += ["", f"Patch safety: {entry['applicability']}: {_plain(entry['fix_safety'])}"]
+        refs = entry.get("references") or []
+        if refs:
+            body += ["", "References: " + "; ".join(f"[{_plain(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
+        body += ["", f"More: `gpudoctor explain {entry['id']}`"]
+    if len(matches) > 1:
+        body += ["", "#### Also recognised in the output", "", "| id | confidence | evidence |", "|---|---:|---|"]
+        for m in matches[1:8]:
+            ev = (m.get("evidence") or [""])[0]
+            note = " (context)" if m.get("context_only") else ""
+            body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {_code(ev)} |")
+
+    body += _scan_markdown(ticket.get("scan") or {})
+
+    foot = ["", "---", "<sub>" + " · ".join([
+        f"gpudoctor {visible(ticket['tool']['version'], 40)}",
+        visible(ticket.get("created", ""), 40),
+        "redacted: user names, host names, tokens, keys and hardware ids" if ticket.get("redacted") else "NOT redacted",
+        f"command run in {_code(ticket['command'].get('cwd', '?'))}",
+    ]) + "</sub>", ""]
+
+    fixed = "\n".join(head + body)
+    log_lines = (ticket.get("output") or {}).get("log", "").rstrip("\n").split("\n")
+    tail = _tail_section(log_lines, limit - len(fixed) - len("\n".join(foot)) - 2, bool(ticket.get("redacted")))
+    out = "\n".join(head + body + tail + foot)
+    if len(out) >= limit:  # the fixed parts alone are too long: cut the body, keep the footer
+        room = limit - len("\n".join(foot)) - 200
+        out = "\n".join([fixed[:max(room, 0)], "", f"*[ticket cut at {limit} characters]*", *foot])
+    return out
+
+
+def _traceback_lines(tb: dict[str, Any]) -> list[str]:
+    lines = ["Traceback (most recent call last):"]
+    for f in tb.get("frames") or []:
+        lines.append(f'  File "{f["file"]}", line {f["line"]}' + (f", in {f['function']}" if f.get("function") else ""))
+        if f.get("code"):
+            lines.append(f"    {f['code']}")
+    lines.extend(tb.get("message") or [tb.get("exception", "")])
+    return lines
+
+
+def _scan_markdown(scan: dict[str, Any]) -> list[str]:
+    probes = scan.get("probes") or []
+    report = scan.get("report")
+    if scan.get("error"):
+        return ["", "#### This machine", "", f"The scan could not run: {_code(scan['error'])}"]
+    if not report:
+        return []
+    args = " ".join(f"--probe {p}" for p in probes)
+    out = ["", f"#### This machine (`gpudoctor scan {args}`)", "", _versions_line(report), "",
+           "| Probe | Device | Status | Summary |", "|---|---|---|---|"]
+    for r in report.get("results") or []:
+        status = str(r.get("status"))
+        status = f"**{status}**" if status in ("fail", "crashed", "timed_out") else status
+        out.append(f"| `{visible(str(r.get('probe')), 60)}` | {_code(r.get('device') or '-')} | {status} | "
+                   f"{_code(r.get('summary') or '')} |")
+    findings = [(r, f) for r in report.get("results") or [] for f in r.get("findings") or []]
+    if findings:
+        out.append("")
+        for r, f in findings[:20]:
+            out.append(f"- `{visible(str(f.get('kb_id')), 60)}` from `{visible(str(r.get('probe')), 60)}`: "
+                       f"{_code(f.get('summary') or '')}")
+    return out
+
+
+def _tail_section(lines: list[str], room: int, redacted: bool) -> list[str]:
+    """The last lines of the output that fit in `room` characters, in a collapsed block."""
+    lines = [line[:_LINE_CHARS] for line in lines[-_TICKET_TAIL_LINES:] if line is not None]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines or room < 400:
+        return []
+    chosen: list[str] = []
+    used = 300  # the wrapper
+    for line in reversed(lines):
+        if used + len(line) + 1 > room:
+            break
+        chosen.append(line)
+        used += len(line) + 1
+    chosen.reverse()
+    if not chosen:
+        return []
+    return ["", f"<details><summary>Output (last {len(chosen)} lines{', redacted' if redacted else ''})</summary>", "",
+            _fence("\n".join(chosen), "text"), "", "</details>"]
+
+
+def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = False) -> None:
+    """The diagnosis for a person at a terminal (gpudoctor writes it on stderr after the run)."""
+    from rich.text import Text
+
+    def say(text: str = "", style: str = "", indent: int = 0) -> None:
+        console.print(Text(" " * indent + visible(text), style=style), highlight=False, soft_wrap=True)
+
+    diag = ticket.get("diagnosis") or {}
+    entry = diag.get("entry")
+    matches = diag.get("matches") or []
+    exit_ = ticket["exit"]
+    say(f"gpudoctor: `{ticket['command']['line']}` {exit_['how']} after {exit_['duration_s']:.1f} s", "bold")
+    if entry:
+        best = matches[0] if matches else {}
+        via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
+        say(f"gpudoctor: {entry['id']} ({best.get('confidence', 0):.0%}){via}: {entry['title']}", "bold red")
+        for line in (best.get("evidence") or [])[:3]:
+            say(f"| {line}", indent=2)
+    elif exit_.get("interrupted"):
+        say("gpudoctor: interrupted; no known failure recognised in the output", "bold")
+    else:
+        say("gpudoctor: no known failure recognised in the output; `gpudoctor scan` probes this machine", "bold")
+    tb = diag.get("traceback")
+    if tb and tb.get("user_frame"):
+        f = tb["user_frame"]
+        say(f"at {f['file']}:{f['line']}" + (f" in {f['function']}" if f.get("function") else "")
+            + (f": {f['code']}" if f.get("code") else ""), indent=2)
+    loc = ticket.get("localization")
+    if loc:
+        say(loc.get("summary", ""), "bold", indent=2)
+        if loc.get("real") and loc["verdict"] == "moved":
+            f = loc["real"]
+            say(f"really failed at {f['file']}:{f['line']}" + (f": {f['code']}" if f.get("code") else ""), indent=4)
+    if entry:
+        if verbose:
+            say(entry["what"], indent=2)
+        say("Fix:", "bold", indent=2)
+        for i, step in enumerate(entry["fix"], 1):
+            say(f"{i}. {step}", indent=4)
+        if verbose and entry.get("patch"):
+            say("Patch:", "bold", indent=2)
+            for line in entry["patch"].split("\n"):
+                say(line, indent=4)
+        say(f"More: gpudoctor explain {entry['id']}", "dim", indent=2)
+    others = [m for m in matches[1:6]]
+    if others:
+        say("Also in the output: " + ", ".join(
+            f"{m['id']}" + (" (context)" if m.get("context_only") else f" ({m.get('confidence', 0):.0%})") for m in others),
+            "dim", indent=2)
+
+
+def render_json(ticket: dict[str, Any]) -> str:
+    return json.dumps(ticket, indent=2, ensure_ascii=False) + "\n"
+
+
+# --- the bundle ----------------------------------------------------------------------------------
+
+
+class BundleError(Exception):
+    """The bundle cannot be written; str(exc) is one line for the user."""
+
+
+def check_bundle_dir(path: str) -> None:
+    """Refuse, before the command runs, a bundle path that can never be used."""
+    if not path:
+        raise BundleError("--bundle: empty path")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise BundleError(f"--bundle {path}: exists and is not a directory")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise BundleError(f"--bundle {path}: {probe} is not a writable directory")
+
+
+def _bundle_dir(path: str, now: _dt.datetime) -> tuple[str, bool]:
+    """The folder to write in, and whether it is a new subfolder: `path` itself when it is missing
+    or empty, else a new `gpudoctor-run-<time>` inside it (never one that exists)."""
+    check_bundle_dir(path)
+    try:
+        try:
+            os.makedirs(path)
+            return path, False
+        except FileExistsError:
+            pass
+        if not os.listdir(path):
+            return path, False
+        stem = "gpudoctor-run-" + now.strftime("%Y%m%d-%H%M%S")
+        for n in range(1, 1000):
+            sub = os.path.join(path, stem if n == 1 else f"{stem}-{n}")
+            try:
+                os.mkdir(sub)  # exclusive: a folder someone else just made is never shared
+                return sub, True
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise BundleError(f"--bundle {path}: {exc.strerror or exc}") from None
+    raise BundleError(f"--bundle {path}: too many bundles from the same second")
+
+
+def write_new_file(folder: str, name: str, text: str) -> str:
+    """Write `folder/name` atomically and never over an existing file: a temporary file is filled,
+    then hard-linked into place (which fails if the name exists) or, where the filesystem has no
+    hard links, renamed after a check."""
+    final = os.path.join(folder, name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, final)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                raise BundleError(f"{final}: already exists; not overwritten") from None
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+            if os.path.lexists(final):
+                raise BundleError(f"{final}: already exists; not overwritten") from None
+            os.rename(tmp, final)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    return final
+
+
+def bundle_files(ticket: dict[str, Any]) -> dict[str, str]:
+    """The bundle's files and their text: ticket.md, run.json (the ticket without the log and the
+    scan, which have files of their own), scan.json (when a scan ran), output.log."""
+    record = json.loads(json.dumps(ticket))
+    log = record["output"].pop("log", "")
+    record["output"]["log_file"] = "output.log"
+    report = record["scan"].pop("report", None)
+    files = {"ticket.md": render_markdown(ticket)}
+    if report is not None:
+        record["scan"]["report_file"] = "scan.json"
+        files["scan.json"] = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    files["run.json"] = render_json(record)
+    files["output.log"] = log if log.endswith("\n") or not log else log + "\n"
+    return files
+
+
+def write_bundle(path: str, ticket: dict[str, Any], now: _dt.datetime | None = None) -> tuple[str, bool, list[str]]:
+    """Write the bundle under `path` (see `_bundle_dir`); returns (folder, new subfolder?, files)."""
+    folder, sub = _bundle_dir(path, now or _dt.datetime.now())
+    written = []
+    try:
+        for name, text in bundle_files(ticket).items():
+            write_new_file(folder, name, text)
+            written.append(name)
+    except OSError as exc:
+        raise BundleError(f"cannot write the bundle in {folder}: {exc.strerror or exc}") from None
+    return folder, sub, written

@@ -1,0 +1,403 @@
+"""Reading saved reports: other people's files, so untrusted input.
+
+`load_report(path)` returns the report's dict and its `Report`, or raises `ReportError` whose text is
+the one line the user sees. In order:
+
+1. Bytes, bounded: at most `MAX_REPORT_BYTES` are read; a FIFO, a pipe or `-` (standard input) is
+   read with a deadline (`READ_TIMEOUT_S`), never blocking forever; a directory is refused.
+2. Text: NUL bytes or invalid UTF-8 is "binary data"; a UTF-8 byte-order mark is accepted.
+3. JSON: strict (`NaN`/`Infinity` and duplicate keys are refused: two `status` keys in one result
+   would be misread whichever one won); an error at the very end is reported as "truncated".
+4. Version: `schema_version` is `MAJOR.MINOR`. Major 1 is read; another major is refused, with the
+   version that wrote it. A newer minor (1.3 when this gpudoctor writes 1.0) only adds fields, so it
+   is read by the structural check below, the fields this version does not know being ignored.
+5. Validation, always by `check_structure`: every field that the renderers and `diff` rely on,
+   with its type (the environment's sections included, as far as reports/schema.json describes
+   them), and the `summary` counts against the results (a truncated or edited list of
+   results is refused, not rendered as a healthier machine). In addition, when the `jsonschema`
+   package is importable (it is a test dependency, not a runtime one) and the report is of this
+   version's minor or older, it is validated against reports/schema.json too. `validator_used()`
+   says which ran.
+
+`sanitize(data)` makes every string of a loaded report safe to print (`gpudoctor.safetext.visible`,
+bounded per string). Standard library only (jsonschema optional).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import select
+import stat
+import sys
+import time
+from typing import Any
+
+from gpudoctor.reports.model import SCHEMA_VERSION, Report, report_from_dict
+
+MAX_REPORT_BYTES = 64 << 20
+READ_TIMEOUT_S = 30.0
+MAX_STRING = 64 << 10  # characters of any one string kept for display
+_VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})$")
+_KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+STATUSES = ("pass", "warn", "fail", "skipped", "crashed", "timed_out")
+SEVERITIES = ("error", "warning")
+
+
+class ReportError(Exception):
+    """A report gpudoctor cannot use; str(exc) is the one line shown to the user."""
+
+
+# --- bytes ---------------------------------------------------------------------------------------
+
+
+def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float = READ_TIMEOUT_S) -> bytes:
+    """At most `limit` bytes of `path` ("-" is standard input); ReportError when it is larger,
+    unreadable, a directory, or a pipe that gives nothing within `timeout` seconds."""
+    name = "standard input" if path == "-" else path
+    if path == "-":
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, ValueError, OSError):  # an in-memory stdin (tests, embedding)
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:
+                raise ReportError("standard input is closed") from None
+            data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise ReportError(f"{name}: more than {limit} bytes is too large for a gpudoctor report")
+            return data
+        return _read_fd(fd, name, limit, timeout)
+    try:
+        # O_NONBLOCK: opening a FIFO that has no writer must not block.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise ReportError(f"{path}: is a directory, not a report") from None
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ReportError(f"{path}: is a directory, not a report")
+        if stat.S_ISREG(mode):
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise ReportError(f"{path}: {size} bytes is too large for a gpudoctor report (limit {limit})")
+        return _read_fd(fd, name, limit, timeout)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, name: str, limit: int, timeout: float) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ReportError(f"{name}: nothing more arrived in {timeout:g} s; is something writing to it?")
+        try:
+            ready, _, _ = select.select([fd], [], [], left)
+        except (OSError, ValueError):
+            ready = [fd]  # not selectable (some special files): read and see
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, min(1 << 20, limit + 1 - total))
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise ReportError(f"cannot read {name}: {exc.strerror or exc}") from None
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+        total += len(data)
+        if total > limit:
+            raise ReportError(f"{name}: more than {limit} bytes is too large for a gpudoctor report")
+
+
+# --- text and JSON -------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ReportError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ReportError(f"{name} is not a JSON number")
+
+
+def parse_json(raw: bytes, name: str) -> Any:
+    """Strict JSON from bytes; ReportError with one line on anything else."""
+    if not raw.strip():
+        raise ReportError(f"{name}: is empty, not a report")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if b"\x00" in raw[:1 << 20]:
+        raise ReportError(f"{name}: looks like binary data, not a JSON report")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{name}: looks like binary data, not a JSON report (invalid UTF-8 at byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except ReportError as exc:
+        raise ReportError(f"{name}: not a valid report: {exc}") from None
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()):
+            raise ReportError(f"{name}: the JSON ends early (line {exc.lineno}): the file is truncated") from None
+        raise ReportError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ReportError(f"{name}: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python will parse
+        raise ReportError(f"{name}: not a valid report: {exc}") from None
+
+
+def schema_version(data: Any, name: str) -> tuple[int, int]:
+    """(major, minor) of a report; ReportError when it is not a gpudoctor report of a major this
+    version reads."""
+    if not isinstance(data, dict):
+        raise ReportError(f"{name}: not a gpudoctor report (the JSON is a {type(data).__name__}, not an object)")
+    tool = data.get("tool")
+    version = data.get("schema_version")
+    kind = data.get("kind")
+    if kind == "gpudoctor-run":
+        raise ReportError(f"{name}: is the record of a `gpudoctor run`, not a scan report; the bundle's "
+                          "scan.json is its report and ticket.md its rendering")
+    if kind is not None:
+        raise ReportError(f"{name}: not a gpudoctor scan report (kind {str(kind)[:40]!r})")
+    if version is None or not (isinstance(tool, dict) and tool.get("name") == "gpudoctor"):
+        raise ReportError(f"{name}: not a gpudoctor scan report (no schema_version and tool.name gpudoctor)")
+    m = _VERSION.match(version) if isinstance(version, str) else None
+    if not m:
+        raise ReportError(f"{name}: schema_version {str(version)[:40]!r} is not MAJOR.MINOR")
+    major, minor = int(m.group(1)), int(m.group(2))
+    ours = tuple(int(x) for x in SCHEMA_VERSION.split("."))
+    if major != ours[0]:
+        writer = tool.get("version") if isinstance(tool.get("version"), str) else "?"
+        raise ReportError(
+            f"{name}: report schema {major}.{minor} (written by gpudoctor {writer[:40]}) is not readable by this "
+            f"gpudoctor, which reads schema {ours[0]}.x; use a gpudoctor of the same major version"
+        )
+    return major, minor
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _expect(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise ReportError(f"{where}: {what}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _optional(value: Any, kind: type | tuple[type, ...]) -> bool:
+    return value is None or (isinstance(value, kind) and not isinstance(value, bool))
+
+
+def check_structure(data: dict[str, Any]) -> None:
+    """Every field the renderers and `diff` rely on, with its type; ReportError naming the first
+    field that is wrong (as a JSON path)."""
+    _expect(isinstance(data.get("tool"), dict) and isinstance(data["tool"].get("version"), str), "tool.version", "missing or not a string")
+    _expect(isinstance(data.get("created"), str), "created", "missing or not a string")
+    _expect(isinstance(data.get("redacted"), bool), "redacted", "missing or not true/false")
+    _expect(_number(data.get("duration_s")) and data["duration_s"] >= 0, "duration_s", "missing or not a non-negative number")
+    _expect(isinstance(data.get("environment"), dict), "environment", "missing or not an object")
+    results = data.get("results")
+    _expect(isinstance(results, list), "results", "missing or not a list")
+    counts = {s: 0 for s in STATUSES}
+    for i, r in enumerate(results):
+        at = f"results[{i}]"
+        _expect(isinstance(r, dict), at, f"is {_type_name(r)}, not an object")
+        _expect(isinstance(r.get("probe"), str) and bool(_KEBAB.match(r["probe"])), f"{at}.probe", "missing or not a kebab-case id")
+        _expect(r.get("status") in STATUSES, f"{at}.status", f"must be one of {', '.join(STATUSES)}")
+        counts[r["status"]] += 1
+        for key in ("title", "summary"):
+            _expect(isinstance(r.get(key, ""), str), f"{at}.{key}", "not a string")
+        _expect(r.get("duration_s") is None or (_number(r["duration_s"]) and r["duration_s"] >= 0),
+                f"{at}.duration_s", "not a non-negative number")
+        _expect(_optional(r.get("device"), str), f"{at}.device", "not a string or null")
+        _expect(isinstance(r.get("details", {}), dict) or r.get("details") is None, f"{at}.details", "not an object")
+        _expect(_optional(r.get("exit_code"), int), f"{at}.exit_code", "not an integer or null")
+        _expect(_optional(r.get("signal"), str), f"{at}.signal", "not a string or null")
+        _expect(_optional(r.get("stderr_tail"), str), f"{at}.stderr_tail", "not a string or null")
+        findings = r.get("findings", [])
+        _expect(isinstance(findings, list), f"{at}.findings", "not a list")
+        for j, f in enumerate(findings):
+            fat = f"{at}.findings[{j}]"
+            _expect(isinstance(f, dict), fat, f"is {_type_name(f)}, not an object")
+            _expect(isinstance(f.get("kb_id"), str) and bool(_KEBAB.match(f["kb_id"])), f"{fat}.kb_id", "missing or not a kebab-case id")
+            _expect(isinstance(f.get("summary", ""), str), f"{fat}.summary", "not a string")
+            evidence = f.get("evidence", [])
+            _expect(isinstance(evidence, list) and all(isinstance(e, str) for e in evidence), f"{fat}.evidence", "not a list of strings")
+            _expect(f.get("severity", "error") in SEVERITIES, f"{fat}.severity", "must be error or warning")
+    check_environment(data["environment"])
+    summary = data.get("summary")
+    if summary is not None:
+        _expect(isinstance(summary, dict), "summary", "not an object")
+        for status in STATUSES:
+            claimed = summary.get(status, 0)
+            _expect(isinstance(claimed, int) and not isinstance(claimed, bool), f"summary.{status}", "not an integer")
+            if claimed != counts[status]:
+                raise ReportError(
+                    f"summary.{status}: says {claimed} but the results hold {counts[status]}: "
+                    "the report was truncated or edited"
+                )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _dicts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _section(env: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """An environment section to check, or None when it is absent or says why it is missing."""
+    value = env.get(name)
+    if value is None or (isinstance(value, str) and value.startswith("not available")):
+        return None
+    _expect(isinstance(value, dict), f"environment.{name}", "not an object")
+    if value.get("available") is False:
+        _expect(isinstance(value.get("reason"), str), f"environment.{name}.reason", "missing or not a string")
+        return None
+    return value
+
+
+def check_environment(env: dict[str, Any]) -> None:
+    """The shapes of the environment sections that the schema describes and the renderers read."""
+    at = "environment"
+    system = _section(env, "system")
+    if system is not None:
+        for key in ("container", "wsl"):
+            _expect(system.get(key) is None or isinstance(system[key], dict), f"{at}.system.{key}", "not an object")
+    _section(env, "python")
+    packages = _section(env, "packages")
+    if packages is not None:
+        installed = packages.get("installed", {})
+        _expect(isinstance(installed, dict), f"{at}.packages.installed", "not an object")
+        for name, info in installed.items():
+            where = f"{at}.packages.installed.{name}"
+            _expect(isinstance(info, dict) and isinstance(info.get("version"), str), where, "not an object with a version string")
+            _expect(info.get("duplicates") is None or _strings(info["duplicates"]), f"{where}.duplicates", "not a list of strings")
+        _expect(_strings(packages.get("not_installed", [])), f"{at}.packages.not_installed", "not a list of strings")
+    nvml = _section(env, "nvml")
+    if nvml is not None:
+        gpus = nvml.get("gpus", [])
+        _expect(isinstance(gpus, list) and all(isinstance(g, (dict, str)) for g in gpus), f"{at}.nvml.gpus",
+                "not a list of objects")
+        for i, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
+            for key in ("memory", "ecc", "pcie"):
+                _expect(gpu.get(key) is None or isinstance(gpu[key], (dict, str)), f"{at}.nvml.gpus[{i}].{key}", "not an object")
+            reasons = gpu.get("throttle_reasons")
+            _expect(reasons is None or _strings(reasons), f"{at}.nvml.gpus[{i}].throttle_reasons", "not a list of strings")
+    torch = _section(env, "torch")
+    if torch is not None:
+        _expect(_optional(torch.get("version"), str), f"{at}.torch.version", "not a string")
+        _expect(_optional(torch.get("built_with_cuda"), str), f"{at}.torch.built_with_cuda", "not a string or null")
+        _expect(torch.get("cuda_available") is None or isinstance(torch["cuda_available"], bool),
+                f"{at}.torch.cuda_available", "not true/false")
+        arch = torch.get("arch_list")
+        _expect(arch is None or isinstance(arch, str) or _strings(arch), f"{at}.torch.arch_list", "not a list of strings")
+        _expect(torch.get("cudnn") is None or isinstance(torch["cudnn"], (dict, str)), f"{at}.torch.cudnn", "not an object")
+        _expect(_dicts(torch.get("devices", [])), f"{at}.torch.devices", "not a list of objects")
+    libs = _section(env, "cuda_libraries")
+    if libs is not None:
+        libraries = libs.get("libraries", {})
+        _expect(isinstance(libraries, dict), f"{at}.cuda_libraries.libraries", "not an object")
+        for name, entry in libraries.items():
+            where = f"{at}.cuda_libraries.libraries.{name}"
+            _expect(isinstance(entry, dict), where, "not an object")
+            for key in ("loaded", "installed"):
+                copies = entry.get(key, [])
+                _expect(_dicts(copies) and all(isinstance(c.get("path", ""), str) and _optional(c.get("version"), str)
+                                               for c in copies), f"{where}.{key}", "not a list of {path, version} objects")
+        flags = libs.get("flags", [])
+        _expect(_dicts(flags) and all(all(isinstance(f.get(k, ""), str) for k in ("kind", "library", "detail")) for f in flags),
+                f"{at}.cuda_libraries.flags", "not a list of {kind, library, detail} objects")
+    env_vars = _section(env, "env_vars")
+    if env_vars is not None:
+        _expect(all(isinstance(v, str) for v in env_vars.values()), f"{at}.env_vars", "values must be strings")
+
+
+def _jsonschema_validator() -> Any:
+    try:
+        import jsonschema  # noqa: F401  (a test dependency; optional at run time)
+        from jsonschema import Draft202012Validator
+    except Exception:
+        return None
+    from gpudoctor.reports.render import load_schema
+
+    return Draft202012Validator(load_schema())
+
+
+_validator_cache: list[Any] = []
+
+
+def validator_used() -> str:
+    """"jsonschema+structure" when jsonschema is importable here, else "structure"."""
+    return "jsonschema+structure" if _get_validator() is not None else "structure"
+
+
+def _get_validator() -> Any:
+    if not _validator_cache:
+        _validator_cache.append(_jsonschema_validator())
+    return _validator_cache[0]
+
+
+def validate(data: dict[str, Any], name: str, *, use_jsonschema: bool = True) -> tuple[int, int]:
+    """Version and structure of a report's dict (see the module docstring); returns (major, minor)."""
+    version = schema_version(data, name)
+    try:
+        check_structure(data)
+    except ReportError as exc:
+        raise ReportError(f"{name}: not a valid report: {exc}") from None
+    ours_minor = int(SCHEMA_VERSION.split(".")[1])
+    validator = _get_validator() if use_jsonschema else None
+    if validator is not None and version[1] <= ours_minor:
+        from jsonschema.exceptions import best_match
+
+        error = best_match(validator.iter_errors(data))
+        if error is not None:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".") or "(top level)"
+            raise ReportError(f"{name}: does not follow the report schema at {where}: {str(error.message)[:200]}")
+    return version
+
+
+def load_report(path: str, *, use_jsonschema: bool = True) -> tuple[dict[str, Any], Report]:
+    """Read, parse, validate and build a report; ReportError (one line) for anything unusable."""
+    name = "standard input" if path == "-" else path
+    data = parse_json(read_bytes(path), name)
+    validate(data, name, use_jsonschema=use_jsonschema)
+    try:
+        report = report_from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:  # check_structure should have caught it
+        raise ReportError(f"{name}: not a valid report: {type(exc).__name__}: {exc}") from None
+    return data, report
+
+
+def sanitize(value: Any, limit: int = MAX_STRING) -> Any:
+    """A deep copy with every string (and key) made safe to print: terminal sequences removed,
+    control characters shown, at most `limit` characters each."""
+    from gpudoctor.safetext import visible
+
+    if isinstance(value, str):
+        return visible(value, limit)
+    if isinstance(value, dict):
+        return {visible(str(k), 200): sanitize(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitize(v, limit) for v in value]
+    return value

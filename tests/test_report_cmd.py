@@ -1,0 +1,262 @@
+"""`gpudoctor report FILE.json`: validating a saved report and rendering it again, and every kind of
+bad input (one line on stderr, exit code 2, no traceback) for every command that reads reports."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from gpudoctor.cli import app
+from gpudoctor.reports import load
+from gpudoctor.reports.model import SCHEMA_VERSION
+
+SAMPLE = pathlib.Path(__file__).resolve().parent / "fixtures" / "reports" / "sample.json"
+runner = CliRunner()
+
+
+def invoke(*args, input=None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def sample() -> dict:
+    return json.loads(SAMPLE.read_text())
+
+
+def healthy() -> dict:
+    data = sample()
+    data["results"] = [r for r in data["results"] if r["status"] in ("pass", "skipped")]
+    data["summary"] = {s: sum(r["status"] == s for r in data["results"])
+                       for s in ("pass", "warn", "fail", "skipped", "crashed", "timed_out")}
+    return data
+
+
+def write(tmp_path, data, name="r.json") -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def test_report_renders_text_md_and_json_with_scans_exit_code(tmp_path):
+    text = invoke("report", str(SAMPLE))
+    assert text.exit_code == 1  # the sample has failed, crashed and timed-out probes, as scan would say
+    assert "xformers-flash-invalid-argument" in text.stdout and "RTX 5090" in text.stdout
+    md = invoke("report", str(SAMPLE), "--format", "md")
+    assert md.stdout.startswith("## gpudoctor report") and "| xformers-kernels |" in md.stdout
+    js = invoke("report", str(SAMPLE), "--format", "json")
+    data = json.loads(js.stdout)
+    assert data["schema_version"] == SCHEMA_VERSION and len(data["results"]) == 7
+    jsonschema = pytest.importorskip("jsonschema")
+    from gpudoctor.reports.render import load_schema
+
+    jsonschema.validate(data, load_schema())
+    assert invoke("report", write(tmp_path, healthy())).exit_code == 0
+
+
+def test_report_writes_to_a_file_and_infers_the_format(tmp_path):
+    out = tmp_path / "report.md"
+    r = invoke("report", str(SAMPLE), "-o", str(out))
+    assert r.exit_code == 1 and r.stdout == ""
+    assert out.read_text().startswith("## gpudoctor report")
+    text_out = tmp_path / "report.txt"
+    invoke("report", str(SAMPLE), "-o", str(text_out))
+    assert "\x1b[" not in text_out.read_text() and "Findings" in text_out.read_text()
+
+
+def test_report_from_stdin():
+    r = invoke("report", "-", "--format", "json", input=SAMPLE.read_text())
+    assert r.exit_code == 1 and json.loads(r.stdout)["results"][0]["probe"] == "arch-compat"
+
+
+def test_report_is_redacted_again_unless_asked(tmp_path):
+    data = sample()
+    data["redacted"] = False
+    data["environment"]["python"]["executable"] = "/home/alice/venv/bin/python"
+    data["results"][0]["summary"] = "token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123"
+    path = write(tmp_path, data)
+    for fmt in ("text", "md", "json"):
+        out = invoke("report", path, "--format", fmt).stdout
+        assert "alice" not in out and "hf_AbCdEfGh" not in out, fmt
+    assert "hf_AbCdEfGh" in invoke("report", path, "--no-redact", "--format", "json").stdout
+
+
+def test_report_strings_cannot_reach_the_terminal_raw(tmp_path):
+    data = sample()
+    data["results"][0]["summary"] = "\x1b]52;c;ZXZpbA==\x07 [bold]x[/] \x1b[2J"
+    data["results"][4]["stderr_tail"] = "[/]\x1b]0;pwned\x07"
+    path = write(tmp_path, data)
+    for fmt in ("text", "md"):
+        out = invoke("report", path, "--format", fmt).stdout
+        assert "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out, fmt
+        assert "\\x1b]52" in out and "[bold]x[/]" in out, fmt
+
+
+def test_a_newer_minor_version_is_read_and_its_new_fields_ignored(tmp_path):
+    data = sample()
+    data["schema_version"] = "1.7"
+    data["future_section"] = {"anything": [1, 2]}
+    data["results"][0]["future_field"] = "ignored"
+    r = invoke("report", write(tmp_path, data), "--format", "json")
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert out["schema_version"] == SCHEMA_VERSION and "future_section" not in out
+    assert [x["status"] for x in out["results"]] == [x["status"] for x in sample()["results"]]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def _bad_reports(tmp_path) -> dict[str, tuple[str, str]]:
+    """name -> (path, a phrase the one line must contain)."""
+    cases: dict[str, tuple[object, str]] = {}
+    text = SAMPLE.read_text()
+    cases["empty"] = ("", "is empty")
+    cases["whitespace"] = ("  \n\t\n", "is empty")
+    cases["truncated"] = (text[: len(text) // 2], "truncated")
+    cases["not json"] = ("schema_version: 1.0\n", "not valid JSON")
+    cases["json list"] = ("[1, 2, 3]", "not a gpudoctor report")
+    cases["json string"] = ('"report"', "not a gpudoctor report")
+    no_version = sample()
+    del no_version["schema_version"]
+    cases["no schema_version"] = (no_version, "not a gpudoctor scan report")
+    v2 = sample()
+    v2["schema_version"] = "2.0"
+    cases["major 2"] = (v2, "report schema 2.0")
+    vbad = sample()
+    vbad["schema_version"] = "one"
+    cases["version not M.m"] = (vbad, "not MAJOR.MINOR")
+    status = sample()
+    status["results"][1]["status"] = "great"
+    cases["unknown status"] = (status, "results[1].status")
+    types = sample()
+    types["results"][2]["findings"][0]["evidence"] = "one string"
+    cases["wrong type"] = (types, "results[2].findings[0].evidence")
+    results = sample()
+    results["results"] = {"probe": "x"}
+    cases["results not a list"] = (results, "results")
+    cut = sample()
+    del cut["results"][3:]
+    cases["summary mismatch"] = (cut, "truncated or edited")
+    cases["duplicate keys"] = (text.replace('"redacted": true,', '"redacted": true, "redacted": false,', 1), "duplicate key")
+    cases["nan"] = (text.replace('"duration_s": 34.43', '"duration_s": NaN', 1), "not a JSON number")
+    cases["deep nesting"] = ("[" * 100_000 + "]" * 100_000, "nested too deeply")
+    cases["run record"] = ({"schema_version": "1.0", "kind": "gpudoctor-run", "tool": {"name": "gpudoctor"}},
+                           "record of a `gpudoctor run`")
+    extra = sample()
+    extra["unexpected"] = 1
+    if load.validator_used() == "jsonschema+structure":
+        cases["schema-only error"] = (extra, "does not follow the report schema")
+    out = {}
+    for i, (name, (content, phrase)) in enumerate(cases.items()):
+        out[name] = (write(tmp_path, content, f"bad{i}.json"), phrase)
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    out["binary"] = (str(binary), "binary data")
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(b'{"schema_version": "1.0", "x": "caf\xe9"}')
+    out["invalid utf-8"] = (str(latin), "binary data")
+    out["missing"] = (str(tmp_path / "nope.json"), "cannot read")
+    out["directory"] = (str(tmp_path), "is a directory")
+    return out
+
+
+def test_every_bad_report_is_one_line_and_exit_2_for_report_and_diff(tmp_path):
+    for name, (path, phrase) in _bad_reports(tmp_path).items():
+        for args in (["report", path], ["diff", str(SAMPLE), path], ["diff", path, str(SAMPLE)]):
+            r = invoke(*args)
+            assert r.exit_code == 2, (name, args, r.output)
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("gpudoctor: "), (name, r.stderr)
+            assert phrase in lines[0], (name, lines[0])
+            assert path.split("/")[-1] in lines[0] or name in ("missing", "directory"), (name, lines[0])
+            assert r.exception is None or isinstance(r.exception, SystemExit), (name, r.exception)
+
+
+@pytest.mark.parametrize("path, value", [
+    (("torch", "devices"), ["cuda:0"]),
+    (("torch", "arch_list"), [{"sm": 90}]),
+    (("nvml", "gpus", 0, "pcie"), [4, 16]),
+    (("nvml", "gpus", 0, "throttle_reasons"), "idle"),
+    (("packages", "installed", "diffusers"), "0.35"),
+    (("packages", "installed", "nvidia-cuda-runtime-cu12", "duplicates"), [{"v": 1}]),
+    (("cuda_libraries", "libraries", "cudart", "loaded", 0), ["path"]),
+    (("cuda_libraries", "flags", 0), "duplicate"),
+    (("env_vars", "CUDA_VISIBLE_DEVICES"), 0),
+    (("system", "container"), True),
+])
+@pytest.mark.parametrize("use_jsonschema", [True, False])
+def test_environment_shapes_the_renderers_read_are_checked(tmp_path, monkeypatch, path, value, use_jsonschema):
+    data = sample()
+    target = data["environment"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    if not use_jsonschema:
+        monkeypatch.setattr(load, "_get_validator", lambda: None)
+    r = invoke("report", write(tmp_path, data))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and "environment." in r.stderr
+
+
+def test_structural_checks_without_jsonschema():
+    data = sample()
+    load.validate(data, "x", use_jsonschema=False)
+    data["results"][0]["exit_code"] = "zero"
+    with pytest.raises(load.ReportError, match=r"results\[0\].exit_code"):
+        load.validate(data, "x", use_jsonschema=False)
+    data = sample()
+    data["results"][0]["findings"] = [{"kb_id": "Not Kebab", "summary": "", "evidence": [], "severity": "error"}]
+    with pytest.raises(load.ReportError, match="kb_id"):
+        load.validate(data, "x", use_jsonschema=False)
+
+
+def test_too_large_and_silent_pipes_are_bounded(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text("x" * 100)
+    with pytest.raises(load.ReportError, match="too large"):
+        load.read_bytes(str(big), limit=10)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # No writer ever opens it: gpudoctor neither blocks on open nor waits past its deadline.
+    with pytest.raises(load.ReportError, match="nothing more arrived"):
+        load.read_bytes(str(fifo), timeout=0.5)
+    r, w = os.pipe()
+    os.write(w, b"{")  # a writer that never finishes
+    with pytest.raises(load.ReportError, match="nothing more arrived"):
+        load.read_bytes(f"/dev/fd/{r}", timeout=0.5)
+    os.close(r)
+    os.close(w)
+
+
+def test_report_reads_a_pipe_from_process_substitution(tmp_path):
+    done = subprocess.run(["bash", "-c", f'{sys.executable} -m gpudoctor report --format json <(cat "{SAMPLE}")'],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and json.loads(done.stdout)["created"] == sample()["created"]
+
+
+def test_output_paths_are_checked_before_reading(tmp_path):
+    link = tmp_path / "link.md"
+    target = tmp_path / "target.md"
+    target.write_text("mine")
+    link.symlink_to(target)
+    for args, phrase in ((["-o", str(link)], "symbolic link"), (["-o", str(tmp_path)], "is a directory"),
+                         (["-o", str(tmp_path / "no" / "x.md")], "no such directory"),
+                         (["--format", "yaml"], "--format yaml")):
+        r = invoke("report", str(SAMPLE), *args)
+        assert r.exit_code == 2 and phrase in r.stderr, (args, r.stderr)
+    assert target.read_text() == "mine"
+
+
+def test_write_failure_is_one_line(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    r = invoke("report", str(SAMPLE), "-o", "/dev/full")
+    assert r.exit_code == 2 and r.stderr.startswith("gpudoctor: cannot write /dev/full")

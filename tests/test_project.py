@@ -9,8 +9,12 @@ import sys
 
 def test_readme_shows_the_command_ci_runs(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
-    command = ci.strip().splitlines()[-1]
-    assert "pytest" in command
+    block = re.search(r"# --- the README's test command \(keep in sync\) ---\n(.*)\n# --- end", ci)
+    assert block, ".ci/run lost the markers around the README's test command"
+    command = block.group(1)
+    start = ci.index(command)
+    assert "-m pytest" in command and start < ci.index("-m pytest") < start + len(command), \
+        "the README's command is the first test run in .ci/run"
     readme = (repo_root / "README.md").read_text()
     assert command in readme, f"README must show CI's test command: {command}"
     assert "gpudoctor scan" in readme.split("## Commands")[0], "the first set-up command runs gpudoctor scan"

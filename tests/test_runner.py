@@ -113,6 +113,7 @@ def test_faults_become_results_and_nothing_survives(tmp_path, monkeypatch):
     assert elapsed < 30
 
 
+@pytest.mark.torch
 def test_device_fallback_needs_and_cwd_shadowing(tmp_path, monkeypatch):
     # A torch.py in the cwd would shadow torch if the worker kept '' on sys.path.
     (tmp_path / "torch.py").write_text("raise SystemExit('the cwd shadowed torch')\n")
@@ -166,6 +167,7 @@ def test_list_probes_needs_no_torch_and_reports_load_errors():
     assert len(errors) == 1 and "gpudoctor_no_such_module" in errors[0]["error"]
 
 
+@pytest.mark.torch
 def test_other_interpreter_without_gpudoctor(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],

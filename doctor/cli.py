@@ -572,7 +572,8 @@ def parse_device(text: str) -> str:
         raise typer.BadParameter(f"{text}: expected auto, all, cpu, cuda, cuda:N or a torch device such as xpu:0")
     name = found.group(1)
     if name not in _DEVICE_TYPES:
-        close = difflib.get_close_matches(name, ["cuda", "cpu", "auto", "all", "mps", "xpu"], n=1, cutoff=0.6)
+        close = ["cuda"] if name in ("gpu", "nvidia") else difflib.get_close_matches(
+            name, ["cuda", "cpu", "auto", "all"], n=1, cutoff=0.75)
         if close:
             raise typer.BadParameter(f"{text}: unknown device type {name!r} (did you mean {close[0]}?)")
     return value
@@ -760,7 +761,9 @@ def scan(
 
     report.invocation = _invocation(ctx, {
         **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "probe_options"},
-        "device": options.device, "probe_options": dict(options.probe_options),
+        "device": options.device,
+        # KEY=VALUE text, as given: a value such as token=... is then redacted like any other text.
+        "probe_options": [f"{key}={value}" for key, value in options.probe_options],
         "outputs": [{"format": o.fmt.value, "path": o.path} for o in outputs],
         "verbose": verbose, "quiet": quiet,
     }, options.redact)

@@ -301,3 +301,52 @@ def test_ascii_only_stdout_prints_with_replacement():
         proc = gpudoctor(*args, env=env)
         assert proc.returncode == 0, proc.stderr
         assert "Traceback" not in proc.stderr and "UnicodeEncodeError" not in proc.stderr
+
+
+# --- progress --------------------------------------------------------------------------------------
+
+
+def test_progress_is_richs_and_shows_the_device_the_probe_runs_on():
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from gpudoctor.probes.base import Status
+    from gpudoctor.reports.model import ProbeResult
+    from gpudoctor.runner import ScanEvent
+
+    result = ProbeResult("sdpa-backends", "SDPA", Status.PASS, "ok", 0.25, "cpu")
+    events = [ScanEvent("status", message="importing torch"),
+              ScanEvent("start", probe="sdpa-backends", device="cpu", index=1, total=2),
+              ScanEvent("result", probe="sdpa-backends", device="cpu", index=1, total=2, result=result)]
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with cli._ScanProgress(terminal) as progress:
+        assert isinstance(progress.progress, Progress)  # a live display with its own refresh thread
+        assert progress.progress.live.auto_refresh
+        for event in events[:2]:
+            progress(event)
+        task = progress.progress.tasks[0]
+        assert (task.description, task.total, task.completed) == ("sdpa-backends on cpu", 2, 0)
+        progress(events[2])
+        assert progress.progress.tasks[0].completed == 1
+
+    log = Console(file=io.StringIO(), width=100)  # not a terminal: one plain line per result
+    with cli._ScanProgress(log) as progress:
+        for event in events:
+            progress(event)
+    assert log.file.getvalue() == "gpudoctor: importing torch\n[1/2] sdpa-backends on cpu: pass (0.25s)\n"
+
+    quiet = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with cli._ScanProgress(quiet, quiet=True) as progress:
+        for event in events:
+            progress(event)
+    assert quiet.file.getvalue() == ""
+
+
+def test_dev_stdout_is_standard_output_and_list_probes_has_formats():
+    result = run("scan", *OK, "-o", "/dev/stdout", "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["results"][0]["probe"] == "fake-ok"
+    listed = run("scan", "--list-probes", "--probe-file", str(FAKES / "ok.py"), "--format", "json")
+    assert listed.exit_code == 0 and "fake-ok" in [p["id"] for p in json.loads(listed.stdout)["probes"]]

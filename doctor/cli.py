@@ -1,47 +1,419 @@
 """The command line: parses options, calls one library function, picks a renderer, sets the exit
 code. Nothing else lives here. The CLI process never imports torch.
 
-Exit codes (documented in the README):
-  0  success: something was matched / shown, or every probe passed or skipped
-  1  findings: the text matched nothing known (explain), or a probe failed or crashed (scan)
-  2  usage or input error, or gpudoctor itself could not run
+Conventions, the same for every command (README "Conventions"):
+
+- `--format text|json|md` picks the output, `-o/--output PATH` writes it to a file (`-`, the
+  default, is standard output; a path ending in .json or .md picks that format when `--format` is
+  not given). Old spellings stay as hidden aliases: `scan --json PATH`, `scan --markdown PATH`,
+  `explain --json`, `list --json`, `list --markdown`.
+- `-q/--quiet` prints only the verdict (no progress); `-v/--verbose` adds the details.
+- `--version`; shell completion through typer (`--install-completion`, `--show-completion`).
+- Exit codes: 0 ok/healthy, 1 findings (a probe failed, crashed or timed out; a text matched
+  nothing known), 2 usage or input error or gpudoctor itself could not run. A usage error is one
+  line on stderr, never a traceback: click's errors are caught in `_Group.main`. A closed pipe
+  (`| head`) ends quietly with 141 (128 + SIGPIPE), as a shell reports for a tool killed by it.
+- Outputs are checked before a scan runs (`check_output`): an empty path, a directory, a missing
+  folder, /proc or /sys, /dev/full, a closed standard output, and a symbolic link are refused. Files
+  are written whole or not at all (`write_file`: a temporary file in the same folder, then a rename
+  that replaces the path itself, never a link's target); a FIFO or a terminal device is written
+  through. gpudoctor does not write through symbolic links: in a shared sticky directory (/tmp) a
+  planted link would otherwise redirect the report onto someone else's file.
 """
 from __future__ import annotations
 
+import errno
+import math
+import os
 import re
 import sys
-from typing import NoReturn, Optional
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, List, NoReturn, Optional
 
 import typer
+import typer.core
+
+try:  # typer >= 0.20 vendors click as typer._click; older typers use click itself
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as _click_errors  # type: ignore[no-redef]
+
+_NO_ARGS = getattr(_click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+_ABORT = getattr(_click_errors, "Abort", None) or getattr(typer, "Abort")  # where this typer keeps it
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended
+
+MAX_TIMEOUT_S = 86400.0  # a probe limit beyond a day is a typo, not a limit
+_TEXT_FILE_WIDTH = 100  # the terminal report written to a file
+
+
+class OutputError(Exception):
+    """An output could not be written (after the scan): one line, exit 2."""
+
+
+class _ClosedPipe(Exception):
+    """Standard output's reader went away (`gpudoctor list | head -1`)."""
+
+
+def _prepare_streams() -> None:
+    # An ASCII-only PYTHONIOENCODING (or a C locale) must not turn a "…" into a traceback: keep
+    # the encoding, replace what it cannot carry.
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe: point fd 1 at /dev/null so that the interpreter's final flush does not
+    print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"gpudoctor: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _Group(typer.core.TyperGroup):
+    """Typer's group with one-line errors: click's usage errors (a bad option value, an unknown
+    command) become `gpudoctor: ...` and exit 2, a closed pipe exits 141 quietly, and a failed
+    output write is one line and exit 2. Help and completion are typer's own."""
+
+    def main(self, args: Any = None, prog_name: Optional[str] = None, complete_var: Optional[str] = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        _prepare_streams()
+        argv = list(sys.argv[1:] if args is None else args)
+        extra.setdefault("obj", {"argv": argv})
+        try:
+            rv = super().main(args=argv, prog_name=prog_name or "gpudoctor", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else EXIT_OK
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        except (_ClosedPipe, BrokenPipeError):
+            _silence_stdout()
+            code = EXIT_CLOSED_PIPE
+        except _NO_ARGS as exc:  # `gpudoctor` alone: the help, as click prints it, and exit 2
+            text = exc.ctx.get_help() if exc.ctx is not None else ""  # typer's rich help prints itself
+            if text:
+                typer.echo(text, err=True)
+            code = EXIT_USAGE
+        except _click_errors.UsageError as exc:
+            _say(_usage_line(exc))
+            code = EXIT_USAGE
+        except _click_errors.ClickException as exc:
+            _say(exc.format_message())
+            code = EXIT_USAGE
+        except _ABORT:
+            _say("aborted")
+            code = 130
+        except OutputError as exc:
+            _say(str(exc))
+            code = EXIT_USAGE
+        except OSError as exc:  # writing standard output failed: /dev/full, a dead terminal
+            if exc.errno == errno.EPIPE:
+                _silence_stdout()
+                code = EXIT_CLOSED_PIPE
+            else:
+                _say(f"cannot write to standard output: {exc.strerror or exc}")
+                code = EXIT_USAGE
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+    def invoke(self, ctx: Any) -> Any:
+        # typer turns EPIPE into exit 1 itself; ours is the conventional 141, without a word.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _ClosedPipe() from exc
+
+
+def _usage_line(exc: Any) -> str:
+    """click's usage error as one line: `--timeout nan: must be ...` or click's own message."""
+    param = getattr(exc, "param", None)
+    if isinstance(exc, _click_errors.BadParameter) and param is not None and getattr(exc, "message", ""):
+        name = (param.opts or [param.name or ""])[0]
+        return f"{name} {exc.message}"
+    message = exc.format_message()
+    command = getattr(getattr(exc, "ctx", None), "command_path", "gpudoctor")
+    return f"{message} (see `{command} --help`)"
+
 
 app = typer.Typer(
     name="gpudoctor",
+    cls=_Group,
     help="A diagnostic doctor for PyTorch on NVIDIA GPUs.",
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """One clear line on stderr and the exit code; never a traceback."""
+    _say(message)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from gpudoctor import __version__
+
+        typer.echo(f"gpudoctor {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print gpudoctor's version and exit."),
+) -> None:
+    """A diagnostic doctor for PyTorch on NVIDIA GPUs: `scan` probes this machine, `explain` names a
+    known failure from an id or a pasted error, `list` shows the knowledge base.
+
+    Exit codes: 0 ok or healthy, 1 findings, 2 usage or input error."""
+
+
+# --- the output convention -----------------------------------------------------------------------
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    md = "md"
+
+
+_SUFFIX_FORMAT = {".json": Format.json, ".md": Format.md, ".markdown": Format.md}
+_DEV_FULL = (1, 7)  # Linux's /dev/full: major 1, minor 7
+
+
+@dataclass(frozen=True)
+class Output:
+    """One requested output: its format, where it goes ("-": standard output), and the option
+    that asked for it (for messages)."""
+
+    fmt: Format
+    path: str
+    option: str
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.path == "-"
+
+
+def _is_dev_full(st: os.stat_result) -> bool:
+    import stat
+
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == _DEV_FULL
+
+
+def _check_stdout(option: str) -> None:
+    if sys.stdout is None:
+        _fail("standard output is closed; give a file with -o PATH")
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # a captured stream (tests): nothing to check
+        return
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        _fail("standard output is closed; give a file with -o PATH")
+    if _is_dev_full(st):
+        _fail("standard output is /dev/full, where every write fails; give a file with -o PATH")
+
+
+def check_output(option: str, path: str) -> None:
+    """Refuse, before any work, an output that cannot or must not be written (see the module
+    docstring); `_fail` exits 2 with one line."""
+    import stat
+
+    if path == "":
+        _fail(f"{option}: the path is empty")
+    if path == "-":
+        _check_stdout(option)
+        return
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        link = None
+    except OSError as exc:
+        _fail(f"{option} {path}: {exc.strerror}")
+    target = None
+    if link is not None:
+        try:
+            target = os.stat(path)
+        except OSError:
+            target = None  # a dangling link
+    if link is not None and stat.S_ISLNK(link.st_mode):
+        # A link to a device or a FIFO (/dev/stdout, /dev/null, /dev/fd/N) is written through:
+        # nothing gets replaced. A link to a file is refused, never followed.
+        if target is None or not (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode)):
+            to = os.readlink(path)
+            _fail(f"{option} {path}: is a symbolic link (to {to}); gpudoctor does not write through "
+                  "links: give the real path")
+    if target is not None:
+        if stat.S_ISDIR(target.st_mode):
+            _fail(f"{option} {path}: is a directory")
+        if _is_dev_full(target):
+            _fail(f"{option} {path}: is /dev/full, where every write fails")
+        if stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode):
+            return
+        if not stat.S_ISREG(target.st_mode):
+            _fail(f"{option} {path}: is not a regular file")
+    real = os.path.realpath(path)
+    for kernel in ("/proc", "/sys"):
+        if real == kernel or real.startswith(kernel + "/"):
+            _fail(f"{option} {path}: is in {kernel}, a kernel interface, not a place for a report")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        _fail(f"{option} {path}: no such directory {parent}")
+    if target is not None and not os.access(path, os.W_OK):
+        _fail(f"{option} {path}: permission denied")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        _fail(f"{option} {path}: cannot create files in {parent} (permission denied)")
+
+
+def plan_outputs(fmt: Optional[Format], output: Optional[str],
+                 aliases: list[tuple[Format, Optional[str], str]]) -> list[Output]:
+    """The outputs a command writes, checked: `--format`/`-o`, plus the old alias options (format,
+    path, option name). The text report on standard output is dropped when an alias takes
+    standard output and neither `--format` nor `-o` was given."""
+    outputs: list[Output] = []
+    for alias_fmt, path, option in aliases:
+        if path is not None:
+            outputs.append(Output(alias_fmt, _std_name(path), option))
+    if fmt is not None or output is not None or not any(o.to_stdout for o in outputs):
+        path = _std_name(output if output is not None else "-")
+        chosen = fmt or (_SUFFIX_FORMAT.get(os.path.splitext(path)[1].lower(), Format.text) if path != "-" else Format.text)
+        outputs.insert(0, Output(chosen, path, "-o" if output is not None else "--format"))
+    stdout = [o for o in outputs if o.to_stdout]
+    if len(stdout) > 1:
+        _fail(f"{stdout[0].option} and {stdout[1].option} both write to standard output; give one of them a file")
+    seen: dict[str, str] = {}
+    for o in outputs:
+        if o.to_stdout:
+            continue
+        key = os.path.abspath(o.path)
+        if key in seen:
+            _fail(f"{seen[key]} and {o.option} both write to {o.path}")
+        seen[key] = o.option
+    for o in outputs:
+        check_output(o.option, o.path)
+    return outputs
+
+
+def _std_name(path: str) -> str:
+    return "-" if path in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1") else path
+
+
+def write_file(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all. A regular file is replaced by renaming a
+    temporary file from the same folder over it: readers never see half a report, a failed write
+    leaves the old file as it was, and the rename replaces the path itself, never what a link
+    (planted after `check_output`) points to. A FIFO or a device is written through."""
+    import stat
+    import tempfile
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    try:
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; nothing was written") from None
+    try:
+        if st is not None and stat.S_ISREG(st.st_mode) and not os.path.islink(path):
+            mode = stat.S_IMODE(st.st_mode)  # keep the old file's permissions
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # mkstemp's 0600 would make a shared report unreadable
+        os.chmod(tmp, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; the old file, if any, is unchanged") from None
+
+
+def _stdout_console() -> Any:
+    """A rich Console on standard output whose closed pipe is ours to report (rich's own
+    on_broken_pipe exits 1)."""
+    from rich.console import Console
+
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise _ClosedPipe()
+
+    return StdoutConsole(highlight=False)
+
+
+def emit(output: Output, render: Callable[[Any], None]) -> None:
+    """Run `render(console)` with a console on standard output or on a buffer that is then
+    written to `output.path` (`write_file`)."""
+    import io
+
+    from rich.console import Console
+
+    if output.to_stdout:
+        try:
+            render(_stdout_console())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise _ClosedPipe() from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise _ClosedPipe() from None
+            raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
+        return
+    buffer = io.StringIO()
+    render(Console(file=buffer, width=_TEXT_FILE_WIDTH, color_system=None, highlight=False, soft_wrap=False))
+    write_file(output.path, buffer.getvalue())
+
+
+def _text(text: str) -> Callable[[Any], None]:
+    """A renderer that prints finished text (JSON, Markdown) as it is."""
+
+    def render(console: Any) -> None:
+        console.file.write(text)
+
+    return render
+
+
+_FORMAT_HELP = "Output format: text (for people), json, or md (Markdown)."
+_OUTPUT_HELP = "Write the output to PATH (- for standard output, the default)."
 
 
 # --- explain / list (knowledge base) -------------------------------------------------------------
 
 _ID_LIKE = re.compile(r"^[A-Za-z0-9_.:-]{2,64}$")
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """One clear line on stderr and the exit code; never a traceback."""
-    sys.stderr.write(f"gpudoctor: {message}\n")
-    raise typer.Exit(code)
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False)
 
 
 @app.command()
@@ -50,7 +422,11 @@ def explain(
         None, help="A knowledge-base id or alias, an error message, or - to read standard input."
     ),
     file: Optional[str] = typer.Option(None, "--file", "-f", help="Read the error text from a log file."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see the README)."),
+    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the matched ids and titles."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every matched entry in full, not just the best."),
+    as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
 ) -> None:
     """Name the known failure behind an id or pasted error text: cause, fix and patch."""
     from gpudoctor import explain as ex
@@ -61,6 +437,9 @@ def explain(
         _fail("give either text (or -) or --file, not both")
     if file is None and query is None:
         _fail("nothing to explain: give an id, an error text, - for stdin, or --file LOG")
+    if as_json and fmt not in (None, Format.json):
+        _fail("--json and --format both given; use --format")
+    [out] = plan_outputs(Format.json if as_json else fmt, output, [])
     try:
         entry = kb.load_entry(query) if query not in (None, "-") else None
         if entry is not None:
@@ -79,250 +458,361 @@ def explain(
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
 
-    if result.entry is None and query not in (None, "-") and _ID_LIKE.match(query):
+    unknown_id = result.entry is None and query not in (None, "-") and _ID_LIKE.match(query)
+    if out.fmt is Format.json:
+        emit(out, _text(ex.to_json(result) + "\n"))
+    elif out.fmt is Format.md:
+        from gpudoctor.reports.render import render_explanation_markdown
+
+        emit(out, _text(render_explanation_markdown(result)))
+    elif not unknown_id:
+        emit(out, lambda console: _explain_text(result, console, quiet=quiet, verbose=verbose))
+    if unknown_id:
         hints = kb.suggest(query)
         tail = f"; did you mean {', '.join(hints)}?" if hints else "; `gpudoctor list` shows them all"
-        if as_json:
-            sys.stdout.write(ex.to_json(result) + "\n")
         _fail(f"no knowledge-base entry or known error matches {query!r}{tail}")
-
-    if as_json:
-        sys.stdout.write(ex.to_json(result) + "\n")
-    else:
-        console = _console()
-        if result.matches:
-            ex.render_matches(result.matches, console)
-            console.print()
-        if result.entry is not None:
-            ex.render_entry(result.entry, console, result.best)
     if result.entry is None:
-        sys.stderr.write(
-            "gpudoctor: no known failure matched this text; run `gpudoctor scan` to probe this machine\n"
-        )
+        _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
+    from rich.text import Text
+
+    from gpudoctor import explain as ex
+
+    if quiet:
+        rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in result.matches]
+        rows = rows or [(result.entry.id, "", result.entry.title)]
+        for kb_id, confidence, title in rows:
+            console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
+        return
+    if result.matches:
+        ex.render_matches(result.matches, console)
+        console.print()
+    entries = [m for m in result.matches if not m.context_only] if verbose else []
+    if len(entries) > 1:
+        for n, m in enumerate(entries):
+            if n:
+                console.print()
+            ex.render_entry(m.entry, console, m)
+        return
+    if result.entry is not None:
+        ex.render_entry(result.entry, console, result.best)
 
 
 @app.command(name="list")
 def list_entries(
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (the README index)."),
+    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the ids, one per line."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print each entry's aliases."),
+    as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
+    markdown: bool = typer.Option(False, "--markdown", hidden=True, help="Same as --format md."),
 ) -> None:
     """List the knowledge-base ids and titles."""
     from gpudoctor import kb
     from gpudoctor.explain import list_json
 
+    alias = Format.json if as_json else Format.md if markdown else None
+    if alias is not None and fmt not in (None, alias):
+        _fail("--json/--markdown and --format disagree; use --format")
+    [out] = plan_outputs(fmt or alias, output, [])
     try:
         entries = kb.load_all()
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
-    if as_json:
-        sys.stdout.write(list_json(entries) + "\n")
-        return
-    if markdown:
+    if out.fmt is Format.json:
+        emit(out, _text(list_json(entries) + "\n"))
+    elif out.fmt is Format.md:
         rows = ["| `%s` | %s |" % (e.id, e.title.replace("|", "\\|")) for e in entries]
-        sys.stdout.write("\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n")
-        return
-    from rich.table import Table
+        emit(out, _text("\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n"))
+    else:
+        emit(out, lambda console: _list_text(entries, console, quiet=quiet, verbose=verbose))
 
+
+def _list_text(entries: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    if quiet:
+        for e in entries:
+            console.print(Text(e.id), soft_wrap=True)
+        return
     table = Table(show_header=True, box=None)
-    table.add_column("id", style="bold")
+    table.add_column("id", style="bold", no_wrap=True)
     table.add_column("title")
+    if verbose:
+        table.add_column("aliases")
     for e in entries:
-        table.add_row(e.id, e.title)
-    _console().print(table)
+        table.add_row(Text(e.id), Text(e.title), *([Text(", ".join(e.aliases))] if verbose else []))
+    console.print(table)
+
+
+# --- scan: option types --------------------------------------------------------------------------
+
+# Device types torch knows (c10/core/DeviceType.h); any other name must not look like a typo of
+# one of the usual ones. A custom backend renamed with rename_privateuse1_backend passes.
+_DEVICE_TYPES = frozenset({
+    "cpu", "cuda", "mps", "xpu", "xla", "meta", "hpu", "mtia", "privateuseone", "ipu", "ve", "fpga",
+    "maia", "vulkan", "lazy", "ort", "mkldnn", "opengl", "opencl", "ideep", "hip", "msnpu",
+})
+_DEVICE_RE = re.compile(r"^([a-z_][a-z0-9_]{0,31})(?::(\d{1,4}))?$")
+
+
+def parse_device(text: str) -> str:
+    """`--device`: auto, all, cpu, cuda, cuda:N, or a torch device type (xpu:0, npu:1)."""
+    import difflib
+
+    value = text.strip()
+    if value in ("auto", "all"):
+        return value
+    found = _DEVICE_RE.match(value)
+    if not found or found.group(1) in ("auto", "all"):
+        raise typer.BadParameter(f"{text}: expected auto, all, cpu, cuda, cuda:N or a torch device such as xpu:0")
+    name = found.group(1)
+    if name not in _DEVICE_TYPES:
+        close = ["cuda"] if name in ("gpu", "nvidia") else difflib.get_close_matches(
+            name, ["cuda", "cpu", "auto", "all"], n=1, cutoff=0.75)
+        if close:
+            raise typer.BadParameter(f"{text}: unknown device type {name!r} (did you mean {close[0]}?)")
+    return value
+
+
+def parse_seconds(text: str) -> float:
+    """`--timeout`: a positive, finite number of seconds, at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text}: not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise typer.BadParameter(f"{text}: must be a positive, finite number of seconds")
+    if value > MAX_TIMEOUT_S:
+        raise typer.BadParameter(f"{text}: more than a day ({MAX_TIMEOUT_S:g} s) per probe is not a limit")
+    return value
+
+
+_MAX_DIM = 2**31 - 1
+
+
+def parse_attn_shape(text: str) -> tuple:
+    """`--attn-shape B,H,N,D`: four positive integers, each below 2**31."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise typer.BadParameter(f"{text!r}: expected four positive integers B,H,N,D, e.g. 2,8,4096,64")
+    shape = tuple(int(p) for p in parts)
+    if min(shape) <= 0 or max(shape) > _MAX_DIM:
+        raise typer.BadParameter(f"{text}: each of B,H,N,D must be between 1 and {_MAX_DIM}")
+    return shape
+
+
+def parse_probe_option(text: str) -> tuple:
+    """`--probe-option KEY=VALUE`: values that parse as JSON (1, true, 0.5, [1,2]) are typed,
+    others stay text."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise typer.BadParameter(f"{text}: expected KEY=VALUE")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return (key.strip(), parsed)
+
+
+def parse_probe_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise typer.BadParameter(f"{text}: no such file")
+    return text
 
 
 # --- scan ----------------------------------------------------------------------------------------
 
 
-def _attn_shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 4 or min(shape) <= 0:
-        _fail(f"--attn-shape {text}: expected four positive integers B,H,N,D")
-    return shape
-
-
-def _check_output(option: str, path: str | None) -> None:
-    """Refuse an output path before the scan runs, not after."""
-    import os
-
-    if path is None or path == "-":
-        return
-    if os.path.isdir(path):
-        _fail(f"{option} {path}: is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        _fail(f"{option} {path}: no such directory {parent}")
-
-
-def _probe_options(items: list[str]) -> tuple[tuple[str, object], ...]:
-    """KEY=VALUE pairs; values that parse as JSON (1, true, 0.5, [1,2]) are typed, others stay text."""
-    import json
-
-    out = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            _fail(f"--probe-option {item}: expected KEY=VALUE")
-        try:
-            parsed: object = json.loads(value)
-        except ValueError:
-            parsed = value
-        out.append((key.strip(), parsed))
-    return tuple(out)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Write via a temporary file and rename: a reader never sees half a report. The rename goes
-    to the symlink's target; a device or FIFO (/dev/stdout, a pipe) is written through, never
-    replaced."""
-    import os
-    import tempfile
-
-    path = os.path.realpath(path)
-    if os.path.exists(path) and not os.path.isfile(path):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return
-    fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-", dir=os.path.dirname(path))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make a shared report unreadable
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 class _ScanProgress:
-    """Progress on stderr: a live line (running probe, elapsed time) on a terminal, plain lines
-    otherwise. Called by the runner for each event."""
+    """Progress on stderr. On a terminal: rich's Progress (a spinner that moves on its own
+    refresh thread, the running probe and the device it runs on, done/total, elapsed time),
+    cleared when the scan ends. Elsewhere (CI logs): one plain line per result. Quiet: nothing."""
 
-    def __init__(self, console) -> None:
+    def __init__(self, console: Any, quiet: bool = False) -> None:
         self.console = console
-        self.live = None
-        self.current = self.probe_line = "starting"
-        self.since = 0.0
+        self.quiet = quiet
+        self.progress: Any = None
+        self.task: Any = None
+        self.running = "starting"
 
     def __enter__(self) -> "_ScanProgress":
-        if self.console.is_terminal:
-            from rich.live import Live
+        if self.console.is_terminal and not self.quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.live = Live(self, console=self.console, transient=True, refresh_per_second=8)
-            self.live.start()
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=self.console, transient=True, redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("starting", total=None)
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.live is not None:
-            self.live.stop()
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.stop()
 
-    def __rich__(self):
-        import time
+    def _show(self, **fields: Any) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, **fields)
 
-        from rich.spinner import Spinner
+    def _line(self, text: str) -> None:
+        if self.progress is None and not self.quiet:
+            from rich.text import Text
 
-        return Spinner("dots", text=f"{self.current}  {time.monotonic() - self.since:.1f}s")
+            self.console.print(Text(text), soft_wrap=True, highlight=False)
 
-    def __call__(self, event) -> None:
-        import time
-
-        where = f" on {event.device}" if event.device else ""
+    def __call__(self, event: Any) -> None:
         from gpudoctor.runner import TORCH_READY
+        from gpudoctor.safetext import visible
 
-        if event.kind == "status" and event.message == TORCH_READY:
-            self.current, self.since = self.probe_line, time.monotonic()
-        elif event.kind == "status":
-            self.current, self.since = event.message, time.monotonic()
-            if self.live is None and event.message == "importing torch":
-                self.console.print("gpudoctor: importing torch", markup=False, highlight=False)
+        probe = visible(event.probe, 100)
+        where = f" on {visible(event.device, 100)}" if event.device else ""
+        if event.kind == "status":
+            message = visible(event.message, 200)
+            self._show(description=self.running if event.message == TORCH_READY else message)
+            if event.message == "importing torch":
+                self._line("gpudoctor: importing torch")
         elif event.kind == "start":
-            self.current = self.probe_line = f"[{event.index}/{event.total}] {event.probe}{where}"
-            self.since = time.monotonic()
+            self.running = f"{probe}{where}"
+            self._show(description=self.running, total=event.total, completed=event.index - 1)
         elif event.kind == "result" and event.result is not None:
-            where = f" on {event.result.device}" if event.result.device else ""
-            line = (f"[{event.index}/{event.total}] {event.probe}{where}: {event.result.status.value} "
-                    f"({event.result.duration_s:.2f}s)")
-            self.console.print(line, markup=False, highlight=False)
+            result = event.result
+            done = f" on {visible(result.device, 100)}" if result.device else where
+            self._show(completed=event.index)
+            self._line(f"[{event.index}/{event.total}] {probe}{done}: {result.status.value} ({result.duration_s:.2f}s)")
+
+
+def _invocation(ctx: Any, options: dict[str, Any], redact: bool) -> dict[str, Any]:
+    """What made the report: the command line and the options it resolved to (redacted with the
+    report unless --no-redact)."""
+    import shlex
+
+    argv = ["gpudoctor", *(ctx.obj.get("argv", []) if isinstance(ctx.obj, dict) else [])]
+    invocation = {"command": shlex.join(argv), "argv": argv, "options": options}
+    if redact:
+        from gpudoctor.reports.redact import Redactor
+
+        invocation = Redactor().value(invocation)
+    return invocation
 
 
 @app.command()
 def scan(
-    probe: list[str] = typer.Option([], "--probe", help="Run only this probe id (repeatable)."),
-    skip: list[str] = typer.Option([], "--skip", help="Do not run this probe id (repeatable)."),
-    device: str = typer.Option("cuda:0", "--device", help="cuda:N, all (every visible GPU), cpu, or a torch device."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds; overrides every probe's limit."),
+    ctx: typer.Context,
+    probe: List[str] = typer.Option([], "--probe", help="Run only this probe id (repeatable)."),
+    skip: List[str] = typer.Option([], "--skip", help="Do not run this probe id (repeatable)."),
+    device: Optional[str] = typer.Option(
+        None, "--device", parser=parse_device, metavar="DEVICE",
+        help="auto (default: cuda:0 when torch sees a GPU, else cpu), cuda:N, all (every visible GPU), "
+             "cpu, or a torch device such as xpu:0."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", parser=parse_seconds, metavar="SECONDS",
+                                            help="Time limit per probe, overriding each probe's own."),
     python: Optional[str] = typer.Option(None, "--python", help="Diagnose the environment of this interpreter."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here (- for stdout)."),
-    markdown_out: Optional[str] = typer.Option(None, "--markdown", help="Write a Markdown report here (- for stdout)."),
+    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; print only the verdict line."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Evidence, fixes, patches, crash tails and the whole environment."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Keep user names, host names, paths and ids."),
     list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
-    attn_shape: Optional[str] = typer.Option(None, "--attn-shape", help="Attention shape B,H,N,D for attention probes."),
-    probe_file: list[str] = typer.Option([], "--probe-file", help="Also run the probe in this .py file (repeatable)."),
-    probe_option: list[str] = typer.Option(
-        [], "--probe-option", help="KEY=VALUE passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."
-    ),
+    attn_shape: Optional[str] = typer.Option(None, "--attn-shape", parser=parse_attn_shape, metavar="B,H,N,D",
+                                             help="Attention shape for the attention probes."),
+    probe_file: List[str] = typer.Option([], "--probe-file", parser=parse_probe_file, metavar="PATH.py",
+                                         help="Also run the probe in this .py file (repeatable)."),
+    probe_option: List[str] = typer.Option(
+        [], "--probe-option", parser=parse_probe_option, metavar="KEY=VALUE",
+        help="Passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."),
+    json_out: Optional[str] = typer.Option(None, "--json", hidden=True, help="Also write the JSON report here."),
+    markdown_out: Optional[str] = typer.Option(None, "--markdown", hidden=True, help="Also write Markdown here."),
 ) -> None:
     """Run the probes in isolated workers and report what works on this machine."""
-    import os
-
     from rich.console import Console
 
     from gpudoctor import runner
 
-    if timeout is not None and timeout <= 0:
-        _fail(f"--timeout {timeout:g}: must be positive")
-    for path in probe_file:
-        if not os.path.isfile(path):
-            _fail(f"--probe-file {path}: no such file")
-    if json_out == "-" and markdown_out == "-":
-        _fail("--json - and --markdown - cannot both write to standard output")
-    _check_output("--json", json_out)
-    _check_output("--markdown", markdown_out)
-    options = runner.ScanOptions(
-        python=python, probes=tuple(probe), skip=tuple(skip), device=device, timeout=timeout,
-        probe_files=tuple(probe_file), attn_shape=_attn_shape(attn_shape) if attn_shape else None,
-        redact=not no_redact, probe_options=_probe_options(probe_option),
+    outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")])
+    settings: dict[str, Any] = dict(
+        python=python, probes=tuple(probe), skip=tuple(skip), timeout=timeout, probe_files=tuple(probe_file),
+        attn_shape=attn_shape, redact=not no_redact, probe_options=tuple(probe_option),
     )
+    if device is not None:  # otherwise the runner's default (auto)
+        settings["device"] = device
+    options = runner.ScanOptions(**settings)
     stderr = Console(stderr=True, highlight=False)
     if list_only:
-        try:
-            probes, errors = runner.list_probes(options)
-        except runner.ScanError as exc:
-            _fail(str(exc))
-        from rich.table import Table
-
-        table = Table(show_header=True, box=None)
-        for column in ("id", "title", "emits"):
-            table.add_column(column, style="bold" if column == "id" else None)
-        for p in probes:
-            table.add_row(p["id"], p["title"], ", ".join(p["emits"]) or "-")
-        Console(highlight=False).print(table)
-        for error in errors:
-            stderr.print(f"gpudoctor: {error['source']}: {error['error']}", markup=False)
+        _list_probes(options, outputs[0], stderr)
         return
 
     try:
-        with _ScanProgress(stderr) as progress:
+        with _ScanProgress(stderr, quiet=quiet) as progress:
             report = runner.run_scan(options, progress=progress)
     except runner.ScanError as exc:
         _fail(str(exc))
 
     from gpudoctor.reports import render
 
-    for path, render_to in ((json_out, render.render_json), (markdown_out, render.render_markdown)):
-        if path == "-":
-            sys.stdout.write(render_to(report))
-        elif path is not None:
-            _write_atomic(path, render_to(report))
-    if "-" not in (json_out, markdown_out):
-        render.render_terminal(report, Console(highlight=False))
+    report.invocation = _invocation(ctx, {
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "probe_options"},
+        "device": options.device,
+        # KEY=VALUE text, as given: a value such as token=... is then redacted like any other text.
+        "probe_options": [f"{key}={value}" for key, value in options.probe_options],
+        "outputs": [{"format": o.fmt.value, "path": o.path} for o in outputs],
+        "verbose": verbose, "quiet": quiet,
+    }, options.redact)
+    for out in outputs:
+        if out.fmt is Format.json:
+            emit(out, _text(render.render_json(report)))
+        elif out.fmt is Format.md:
+            emit(out, _text(render.render_markdown(report)))
+        elif quiet:
+            emit(out, lambda console: console.print(f"gpudoctor: {render.verdict(report).line}", markup=False,
+                                                    highlight=False, soft_wrap=True))
+        else:
+            emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
+
+
+def _list_probes(options: Any, out: Output, stderr: Any) -> None:
+    import json
+
+    from gpudoctor import runner
+    from gpudoctor.safetext import visible
+
+    try:
+        probes, errors = runner.list_probes(options)
+    except runner.ScanError as exc:
+        _fail(str(exc))
+    if out.fmt is Format.json:
+        emit(out, _text(json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n"))
+    elif out.fmt is Format.md:
+        rows = [f"| `{p['id']}` | {visible(p['title'], 200).replace('|', '/')} | {', '.join(p['emits']) or '-'} |"
+                for p in probes]
+        emit(out, _text("\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n"))
+    else:
+        def table(console: Any) -> None:
+            from rich.table import Table
+            from rich.text import Text
+
+            grid = Table(show_header=True, box=None)
+            for column in ("id", "title", "emits"):
+                grid.add_column(column, style="bold" if column == "id" else None, no_wrap=column == "id")
+            for p in probes:
+                grid.add_row(Text(visible(p["id"], 100)), Text(visible(p["title"], 200)),
+                             Text(", ".join(p["emits"]) or "-"))
+            console.print(grid)
+
+        emit(out, table)
+    for error in errors:
+        stderr.print(f"gpudoctor: {visible(error['source'], 500)}: {visible(error['error'], 500)}",
+                     markup=False, highlight=False)
 
 
 # --- run, report, diff: the ticket commands live in gpudoctor.ticket_cli ----------------------------

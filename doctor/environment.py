@@ -2,7 +2,8 @@
 
 `collect_environment(python)` returns the sections `system` (OS, kernel, container and WSL
 detection), `python` (the target interpreter), `packages` (versions read with importlib.metadata in
-the target environment), `nvml` (driver and GPUs through nvidia-ml-py) and `env_vars`. The worker's
+the target environment), `nvml` (driver and GPUs through nvidia-ml-py), `toolchain` (gcc, g++,
+clang, nvcc, cmake and ninja: what builds CUDA extensions) and `env_vars`. The worker's
 `torch_environment` adds `torch` and `cuda_libraries` and its own view of `env_vars`;
 `merge_environment` joins the two halves.
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -126,6 +129,7 @@ def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
         "python": target,
         "packages": packages,
         "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0))),
+        "toolchain": _safe(lambda: toolchain_info(timeout=min(timeout, 5.0))),
         "env_vars": _safe(env_vars),
     }
 
@@ -161,11 +165,10 @@ def _read(path: str, limit: int = 65536) -> str | None:
 
 def system_info() -> dict[str, Any]:
     """OS, kernel, libc, CPU and memory, container and WSL. No hostname."""
-    os_release = _read("/etc/os-release") or ""
-    pretty = next(
-        (line.split("=", 1)[1].strip().strip('"') for line in os_release.splitlines() if line.startswith("PRETTY_NAME=")),
-        None,
-    )
+    try:
+        pretty = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:  # no /etc/os-release nor /usr/lib/os-release (macOS, minimal images)
+        pretty = None
     libc = platform.libc_ver()
     meminfo = _read("/proc/meminfo") or ""
     mem_total = next((int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
@@ -213,6 +216,58 @@ def detect_wsl(root: str = "/") -> dict[str, Any]:
         "gpu_forwarded": os.path.exists(join("/dev/dxg")),
         "driver_libcuda": os.path.exists(join("/usr/lib/wsl/lib/libcuda.so.1")),
     }
+
+
+# --- toolchain -----------------------------------------------------------------------------------
+
+# Build tools that decide whether a CUDA extension (xformers, flash-attn, a torch cpp_extension)
+# builds and for which -arch, as collect_env and cuda-doctor report them. Each is one bounded
+# `--version` run without a shell.
+TOOLCHAIN: tuple[str, ...] = ("gcc", "g++", "clang", "nvcc", "cmake", "ninja")
+# "gcc (Debian 12.2.0-14) 12.2.0", "Cuda compilation tools, release 13.0, V13.0.88",
+# "cmake version 3.25.1", "1.11.1" (ninja), "Ubuntu clang version 14.0.0-1ubuntu1".
+_VERSION_RE = re.compile(r"(?:release \d+\.\d+, V|version |\) |^)(\d+\.\d+(?:\.\d+)*)", re.M)
+
+
+def _tool_path(name: str) -> str | None:
+    found = shutil.which(name)
+    if found is None and name == "nvcc":
+        # nvcc is often installed but off PATH; torch's cpp_extension looks in CUDA_HOME too.
+        for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            candidate = os.path.join(home, "bin", "nvcc") if home else None
+            if candidate and os.access(candidate, os.X_OK):
+                return candidate
+    return found
+
+
+def tool_version(path: str, timeout: float = 5.0) -> dict[str, Any]:
+    """{path, version, banner} from `path --version`, or {available: false, reason}."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return unavailable(f"{path} --version did not answer within {timeout:g} s")
+    except OSError as exc:
+        return unavailable(f"cannot run {path}: {_why(exc)}")
+    text = (proc.stdout or proc.stderr)[:4096]
+    banner = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    found = _VERSION_RE.search(text)
+    return {"path": path, "version": found.group(1) if found else None, "banner": banner[:200]}
+
+
+def toolchain_info(timeout: float = 5.0, tools: tuple[str, ...] = TOOLCHAIN) -> dict[str, Any]:
+    """Each tool in `tools` that is installed, with its version; missing ones say so. The runs go
+    in parallel, so the whole takes about one `timeout` at worst."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = {name: _tool_path(name) for name in tools}
+    out: dict[str, Any] = {name: unavailable("not found on PATH") for name, path in paths.items() if path is None}
+    present = {name: path for name, path in paths.items() if path is not None}
+    if present:
+        with ThreadPoolExecutor(max_workers=len(present)) as pool:
+            futures = {name: pool.submit(tool_version, path, timeout) for name, path in present.items()}
+            out.update({name: future.result() for name, future in futures.items()})
+    return {name: out[name] for name in tools}
 
 
 # --- the target interpreter ----------------------------------------------------------------------

@@ -2,6 +2,11 @@
 Markdown) take a `Report` and never print on their own; the CLI decides where output goes.
 
 Standard library only, no colours or markup in the model.
+
+Schema versions (reports/schema.json): 1.0 is the first; 1.1 adds `invocation` (the command and
+options that produced the report, redacted with the rest). Minor versions only add optional
+fields, so `report_from_dict` reads every 1.x report; another major version is refused with
+`ReportFormatError`, as is a document that is not a report.
 """
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from typing import Any
 
 from gpudoctor.probes.base import Finding, Status
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+READABLE_MAJOR = 1
 
 # Statuses that mean "findings exist": `gpudoctor scan` exits 1 when any result has one of them.
 PROBLEM_STATUSES = frozenset({Status.FAIL, Status.CRASHED, Status.TIMED_OUT})
@@ -58,6 +64,9 @@ class Report:
     )
     redacted: bool = True
     duration_s: float = 0.0
+    # How the report was made: {"command": "gpudoctor scan ...", "argv": [...], "options": {...}};
+    # None for a report built without the CLI (or read from a 1.0 report).
+    invocation: dict[str, Any] | None = None
 
     @property
     def findings(self) -> list[tuple[ProbeResult, Finding]]:
@@ -81,36 +90,70 @@ class Report:
             "redacted": self.redacted,
             "duration_s": round(self.duration_s, 3),
             "summary": self.counts(),
+            "invocation": self.invocation,
             "environment": self.environment,
             "results": [r.to_dict() for r in self.results],
         }
 
 
-def report_from_dict(data: dict[str, Any]) -> Report:
-    """A `Report` from its `to_dict()` form (a saved or redacted JSON report)."""
+class ReportFormatError(ValueError):
+    """The data is not a gpudoctor report this version can read (one line, for the user)."""
+
+
+def report_from_dict(data: Any) -> Report:
+    """A `Report` from its `to_dict()` form (a saved or redacted JSON report of any 1.x schema).
+    Raises ReportFormatError, naming the first thing that is wrong, for anything else."""
+    if not isinstance(data, dict):
+        raise ReportFormatError(f"not a gpudoctor report: the JSON is {type(data).__name__}, not an object")
+    version = data.get("schema_version")
+    major = str(version).partition(".")[0]
+    if not isinstance(version, str) or not major.isdigit():
+        raise ReportFormatError(f"not a gpudoctor report: schema_version is {version!r}")
+    if int(major) != READABLE_MAJOR:
+        raise ReportFormatError(
+            f"report schema {version} is not readable by this gpudoctor (it reads {READABLE_MAJOR}.x)")
     results = []
-    for r in data.get("results", []):
-        results.append(ProbeResult(
-            probe=r["probe"],
-            title=r.get("title", r["probe"]),
-            status=Status(r["status"]),
-            summary=r.get("summary", ""),
-            duration_s=float(r.get("duration_s") or 0.0),
-            device=r.get("device"),
-            details=r.get("details") or {},
-            findings=[
-                Finding(f["kb_id"], f.get("summary", ""), tuple(f.get("evidence") or ()), f.get("severity", "error"))
-                for f in r.get("findings") or []
-            ],
-            exit_code=r.get("exit_code"),
-            signal=r.get("signal"),
-            stderr_tail=r.get("stderr_tail"),
-        ))
-    return Report(
-        results=results,
-        environment=data.get("environment") or {},
-        tool_version=(data.get("tool") or {}).get("version") or "",
-        created=data.get("created", ""),
-        redacted=bool(data.get("redacted", False)),
-        duration_s=float(data.get("duration_s") or 0.0),
-    )
+    for n, r in enumerate(_list(data, "results")):
+        where = f"results[{n}]"
+        try:
+            results.append(ProbeResult(
+                probe=str(r["probe"]),
+                title=str(r.get("title") or r["probe"]),
+                status=Status(r["status"]),
+                summary=str(r.get("summary") or ""),
+                duration_s=float(r.get("duration_s") or 0.0),
+                device=None if r.get("device") is None else str(r["device"]),
+                details=r.get("details") if isinstance(r.get("details"), dict) else {},
+                findings=[
+                    Finding(str(f["kb_id"]), str(f.get("summary") or ""),
+                            tuple(str(e) for e in _list(f, "evidence")), str(f.get("severity") or "error"))
+                    for f in _list(r, "findings")
+                ],
+                exit_code=r.get("exit_code") if isinstance(r.get("exit_code"), int) else None,
+                signal=None if r.get("signal") is None else str(r["signal"]),
+                stderr_tail=None if r.get("stderr_tail") is None else str(r["stderr_tail"]),
+            ))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ReportFormatError(f"{where} is malformed ({type(exc).__name__}: {exc})") from None
+    invocation = data.get("invocation")
+    try:
+        return Report(
+            results=results,
+            environment=data.get("environment") if isinstance(data.get("environment"), dict) else {},
+            tool_version=str((data.get("tool") or {}).get("version") or ""),
+            created=str(data.get("created") or ""),
+            redacted=bool(data.get("redacted", False)),
+            duration_s=float(data.get("duration_s") or 0.0),
+            invocation=invocation if isinstance(invocation, dict) else None,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ReportFormatError(f"the report's header is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _list(data: Any, key: str) -> list[Any]:
+    value = data.get(key) if isinstance(data, dict) else None
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ReportFormatError(f"{key} is {type(value).__name__}, not a list")
+    return value

@@ -1,23 +1,43 @@
-"""Renderers: a `Report` as a terminal page (rich), as JSON, and as Markdown for a bug ticket.
+"""Renderers: a `Report` as a terminal page (rich), as JSON, and as Markdown for a bug ticket; and
+`render_explanation_markdown` for `gpudoctor explain --format md`.
 
-The three are siblings behind `RENDERERS` (one per name in `FORMATS`); a test proves every format
-is handled. Renderers never print on their own and never decide on colour: the terminal renderer
-writes to the `rich.console.Console` it is given (colour only if that console has a colour system,
-which rich turns off on a non-TTY and under NO_COLOR), the others return text.
+The three report renderers are siblings behind `RENDERERS` (one per name in `FORMATS`); a test
+proves every format is handled. Renderers never print on their own and never decide on colour: the
+terminal renderer writes to the `rich.console.Console` it is given (colour only if that console has
+a colour system, which rich turns off on a non-TTY and under NO_COLOR), the others return text.
+
+The terminal page puts the verdict first and last (`verdict`): healthy, or the one thing to fix
+and the command that tells its full story. Between them: one line per probe, one line per finding
+with its `gpudoctor explain ID` command, and a one-line environment summary. `verbose=True` adds
+the evidence, fix steps, patches, crash tails and the full environment. Copy-paste is a contract:
+ids, commands, patches and evidence are printed whole (`soft_wrap`: the terminal may wrap them for
+display, nothing inserts a newline or cuts them); only probe and finding summaries are shortened in
+the one-line views, at a word boundary, and the full text is in `-v`, JSON and Markdown.
+
+Everything a report carries came from probes, workers or a file someone sent: it is untrusted. It is
+shown through `gpudoctor.safetext.visible` (escape sequences removed, control characters made
+visible) and bounded (`SUMMARY_LIMIT` and friends) in every renderer, so a 20 MB exception message
+renders in bounded time; Markdown escapes it so that it cannot open HTML, links, mentions, tables or
+code fences of its own.
 
 A finding's fix and patch come from the knowledge base (`gpudoctor.kb.load_entry`), looked up when
 rendering; when an entry is missing or the knowledge base cannot load, the finding still shows its id
 and the command `gpudoctor explain ID`. `kb=` replaces the lookup (tests pin output with it).
 
-`report_from_dict` (from the model) rebuilds a `Report` from its JSON form, so saved and redacted reports render too.
+`report_from_dict` (from the model) rebuilds a `Report` from its JSON form, so saved and redacted
+reports render too.
 """
 from __future__ import annotations
 
 import json
+import re
+import textwrap
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.probes.base import Status
-from gpudoctor.reports.model import Report, report_from_dict  # noqa: F401 (re-exported)
+from gpudoctor.reports.model import PROBLEM_STATUSES, Report, report_from_dict  # noqa: F401 (re-exported)
+from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +45,16 @@ if TYPE_CHECKING:
 FORMATS: tuple[str, ...] = ("terminal", "json", "markdown")
 
 KbLookup = Callable[[str], Any]
+
+# Bounds on untrusted text, in every renderer. JSON keeps what the report holds (the runner bounds
+# it when it records it); these bound what a person is shown.
+SUMMARY_LIMIT = 2000  # characters of a probe's or a finding's summary
+EVIDENCE_LINE_LIMIT = 1000  # characters of one evidence line
+EVIDENCE_LINES = 20  # evidence lines per finding
+TAIL_LINES = 12  # lines of a crashed probe's stderr tail
+TAIL_LIMIT = 4096  # characters of that tail
+VALUE_LIMIT = 1000  # characters of one environment value
+ENV_JSON_LIMIT = 30000  # characters of the environment JSON in a Markdown report
 
 _STATUS_STYLE = {
     Status.PASS: "green",
@@ -34,11 +64,27 @@ _STATUS_STYLE = {
     Status.CRASHED: "bold red",
     Status.TIMED_OUT: "bold magenta",
 }
+_STATUS_WORD = {
+    Status.PASS: "pass",
+    Status.WARN: "warn",
+    Status.FAIL: "FAIL",
+    Status.SKIPPED: "skipped",
+    Status.CRASHED: "CRASHED",
+    Status.TIMED_OUT: "TIMED OUT",
+}
+_TALLY_WORD = {
+    Status.PASS: "passed",
+    Status.WARN: "warned",
+    Status.FAIL: "failed",
+    Status.SKIPPED: "skipped",
+    Status.CRASHED: "crashed",
+    Status.TIMED_OUT: "timed out",
+}
+_CODE_SPAN = re.compile(r"`[^`\n]{1,400}`")
 _KEY_PACKAGES = (
     "torch", "torchvision", "xformers", "flash-attn", "flash-attn-3", "sageattention", "triton",
     "pytorch-triton", "diffusers", "transformers", "accelerate", "torchao", "bitsandbytes",
 )
-_STDERR_LINES = 12
 
 
 # --- shared pieces -------------------------------------------------------------------------------
@@ -52,6 +98,50 @@ def load_kb_entry(kb_id: str) -> Any:
         return load_entry(kb_id)
     except Exception:  # a broken entry file must not stop a report from rendering
         return None
+
+
+def one_line(text: Any, limit: int = SUMMARY_LIMIT) -> str:
+    """Untrusted text as one visible line of at most about `limit` characters."""
+    return " ".join(visible(str(text), limit).split())
+
+
+def fit(text: str, width: int) -> str:
+    """`text` shortened to `width` terminal cells at a word boundary, with "…" where it was cut."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"
+    cut = text[:width]
+    while cut and cell_len(cut) > width - 1:
+        cut = cut[:-1]
+    space = cut.rfind(" ")
+    if space >= width // 2:  # a word boundary not too far back; else cut the long token itself
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def _lines(text: Any, max_lines: int, limit: int) -> list[str]:
+    """The last `max_lines` visible lines of untrusted multi-line text, each at most `limit`."""
+    raw = str(text or "")
+    raw = raw[-(max_lines * limit):]  # bound the work before splitting
+    return [visible(line, limit) for line in raw.splitlines()[-max_lines:]]
+
+
+def _evidence(summary: str, evidence: tuple[str, ...] | list[str]) -> list[str]:
+    """Evidence lines to show: visible and bounded; an item that repeats an earlier one, or the
+    summary shown above it, is dropped (lines inside an item are kept as they are)."""
+    seen = {one_line(summary)}
+    out: list[str] = []
+    for item in list(evidence)[: EVIDENCE_LINES * 4]:
+        text = visible(str(item), EVIDENCE_LINE_LIMIT)
+        key = " ".join(text.split())
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        out.extend(line.rstrip() for line in text.splitlines())
+    return out[:EVIDENCE_LINES]
 
 
 def _get(data: Any, *keys: str) -> Any:
@@ -77,6 +167,10 @@ def _gib(value: Any) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _where(result: Any) -> str:
+    return f" on {result.device}" if result.device else ""
 
 
 def environment_brief(env: dict[str, Any]) -> list[tuple[str, str]]:
@@ -165,106 +259,241 @@ def environment_brief(env: dict[str, Any]) -> list[tuple[str, str]]:
         for flag in libs.get("flags") or []:
             lines.append((f"{flag.get('kind')}!", str(flag.get("detail"))))
 
+    toolchain = env.get("toolchain")
+    if isinstance(toolchain, dict) and not _reason(toolchain):
+        tools = [f"{name} {tool.get('version') or '?'}" for name, tool in toolchain.items()
+                 if isinstance(tool, dict) and tool.get("path")]
+        lines.append(("toolchain", ", ".join(tools) or "no compiler or build tool on PATH"))
+
     env_vars = env.get("env_vars")
     if isinstance(env_vars, dict) and env_vars:
         lines.append(("env", ", ".join(f"{k}={v}" for k, v in env_vars.items())))
     return lines
 
 
-def _counts_line(report: Report) -> str:
-    counts = {k: v for k, v in report.counts().items() if v}
-    parts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()) or "no probes ran"
-    return f"{len(report.results)} probe runs: {parts}; {_duration(report.duration_s)}"
+def environment_summary(env: dict[str, Any]) -> str:
+    """torch, CUDA, cuDNN, driver, GPU and Python on one line: what people look for first."""
+    parts: list[str] = []
+    torch = env.get("torch")
+    if isinstance(torch, dict) and not _reason(torch):
+        built = torch.get("built_with_cuda")
+        parts.append(f"torch {torch.get('version')}" + (f" (CUDA {built})" if built else " (CPU build)"))
+        cudnn = torch.get("cudnn")
+        loaded = cudnn.get("loaded") or cudnn.get("version") if isinstance(cudnn, dict) else None
+        if loaded:
+            parts.append(f"cuDNN {loaded}")
+    else:
+        parts.append("torch not available")
+    nvml = env.get("nvml")
+    if isinstance(nvml, dict) and not _reason(nvml):
+        parts.append(f"driver {nvml.get('driver_version')} (CUDA {nvml.get('cuda_driver_version')})")
+    else:
+        parts.append("no NVIDIA driver")
+    gpus: dict[str, int] = {}
+    devices = _get(env, "torch", "devices")
+    if not isinstance(devices, list) or not devices:
+        devices = _get(env, "nvml", "gpus")
+    for dev in devices if isinstance(devices, list) else []:
+        if isinstance(dev, dict) and dev.get("name"):
+            label = f"{dev.get('name')} (sm {dev.get('capability')})"
+            gpus[label] = gpus.get(label, 0) + 1
+    parts.append(", ".join(f"{n}x {label}" if n > 1 else label for label, n in gpus.items()) or "no GPU visible")
+    version = _get(env, "python", "version")
+    if version:
+        parts.append(f"Python {version}")
+    return one_line(", ".join(str(p) for p in parts), VALUE_LIMIT)
+
+
+def _tally(report: Report) -> str:
+    counts = {s: 0 for s in Status}
+    for r in report.results:
+        counts[r.status] += 1
+    return ", ".join(f"{n} {_TALLY_WORD[s]}" for s, n in counts.items() if n)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The scan in one line: healthy, or the one thing to fix first and how to learn more."""
+
+    healthy: bool  # no probe failed, crashed or timed out (scan exits 0)
+    line: str
+    fix_id: str | None = None  # the knowledge-base id (or probe id) to deal with first
+    command: str | None = None  # the command that tells its full story
+
+
+def verdict(report: Report) -> Verdict:
+    """Healthy, or the one thing to fix first. Errors found by a failed probe come first, in run
+    order (arch-compat and cuda-runtime run first and are the most fundamental), then probes that
+    crashed, timed out or failed without a finding; warnings never make a machine unhealthy."""
+    results = report.results
+    if not results:
+        return Verdict(True, "nothing checked: no probe ran")
+    if report.has_problems:
+        errors = [(r, f) for r, f in report.findings if f.severity == "error" and r.status in PROBLEM_STATUSES]
+        errors += [(r, f) for r, f in report.findings if f.severity == "error" and (r, f) not in errors]
+        problems = sum(1 for r in results if r.status in PROBLEM_STATUSES)
+        if errors:
+            fix_id = one_line(errors[0][1].kb_id, 100)
+            command = f"gpudoctor explain {fix_id}"
+        else:
+            r = next(r for r in results if r.status in PROBLEM_STATUSES)
+            fix_id = f"{one_line(r.probe, 100)} {r.status.value.replace('_', ' ')}"
+            command = f"gpudoctor scan --probe {one_line(r.probe, 100)} -v"
+        noun = "problem" if problems == 1 else "problems"
+        return Verdict(False, f"NOT HEALTHY ({problems} {noun}); fix first: {fix_id}", fix_id, command)
+    if all(r.status is Status.SKIPPED for r in results):
+        return Verdict(True, f"nothing checked: all {len(results)} probe runs skipped",
+                       command=f"gpudoctor scan -v  (why: {fit(one_line(results[0].summary, 200), 60)})")
+    warned = [one_line(f.kb_id, 100) for _, f in report.findings]
+    warned += [one_line(r.probe, 100) for r in results if r.status is Status.WARN and not r.findings]
+    if warned:
+        unique = list(dict.fromkeys(warned))
+        shown = ", ".join(unique[:2]) + (f" and {len(unique) - 2} more" if len(unique) > 2 else "")
+        noun = "warning" if len(unique) == 1 else "warnings"
+        return Verdict(True, f"healthy, {len(unique)} {noun}: {shown}", unique[0],
+                       f"gpudoctor explain {unique[0]}" if report.findings else None)
+    return Verdict(True, "healthy")
+
+
+def tally_line(report: Report) -> str:
+    """"12 probe runs on cpu in 1.27 s: 7 passed, 1 warned, 4 skipped"."""
+    devices = sorted({one_line(r.device, 100) for r in report.results if r.device})
+    on = f" on {', '.join(devices)}" if devices else ""
+    runs = len(report.results)
+    return f"{runs} probe run{'s' if runs != 1 else ''}{on} in {_duration(report.duration_s)}: {_tally(report) or 'none'}"
 
 
 # --- terminal ------------------------------------------------------------------------------------
 
 
-def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None = None) -> None:
-    """Summary table, then each finding with its fix and patch, crashes, and the environment."""
-    from rich import box
-    from rich.padding import Padding
-    from rich.syntax import Syntax
-    from rich.table import Table
+def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None = None,
+                    verbose: bool = False) -> None:
+    """Verdict, one line per probe, findings with their explain command, the environment in one
+    line, and the verdict again. `verbose` adds evidence, fixes, patches, crash tails and the whole
+    environment."""
     from rich.text import Text
 
     kb = kb or load_kb_entry
+    width = max(console.width, 40)
 
-    # Text objects throughout: probe output may contain "[...]", which rich would read as markup.
-    def say(renderable: Any = "", indent: int = 0) -> None:
-        if isinstance(renderable, str):
-            renderable = Text(renderable)
-        console.print(Padding(renderable, (0, 0, 0, indent)) if indent else renderable, highlight=False)
+    def say(*parts: Any, indent: int = 0) -> None:
+        """One line: (text, style) parts, printed whole (the terminal wraps it for display)."""
+        line = Text(" " * indent)
+        for part in parts:
+            text, style = part if isinstance(part, tuple) else (part, "")
+            line.append(text, style=style)
+        console.print(line, soft_wrap=True, highlight=False)
 
-    title = Text(f"gpudoctor {report.tool_version}", style="bold")
-    title.append(f"  {report.created}" + ("  (redacted)" if report.redacted else ""), style="dim")
-    say(title)
+    def wrapped(text: str, indent: int, bullet: str = "") -> None:
+        """Prose wrapped at word boundaries with a hanging indent; a word longer than the line (a
+        URL, a path, a command) is kept whole, never folded."""
+        # Inline code (`...`) is one unbreakable token: a no-break space is not a place to wrap.
+        text = _CODE_SPAN.sub(lambda m: m.group().replace(" ", "\xa0"), text)
+        lines = textwrap.wrap(text, width=max(width - indent - len(bullet), 20), break_long_words=False,
+                              break_on_hyphens=False) or [""]
+        for n, line in enumerate(lines):
+            say(bullet if n == 0 else " " * len(bullet), line.replace("\xa0", " "), indent=indent)
 
-    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-    table.add_column("Probe", no_wrap=True)
-    table.add_column("Device", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Time", justify="right", no_wrap=True)
-    table.add_column("Summary", overflow="fold")
-    for r in report.results:
-        table.add_row(
-            Text(r.probe),
-            Text(r.device or "-"),
-            Text(r.status.value.upper(), style=_STATUS_STYLE[r.status]),
-            Text(_duration(r.duration_s)),
-            Text(r.summary),
-        )
-    say(table)
-    say(Text(_counts_line(report), style="bold red" if report.has_problems else "bold green"))
+    v = verdict(report)
+    style = "bold green" if v.line == "healthy" else "bold yellow" if v.healthy else "bold red"
+    say(("gpudoctor: ", "bold"), (v.line, style))
+    say()
 
+    # One line per probe; only the summary is shortened to fit.
+    # The device column only when probes ran on different devices (the verdict names the device).
+    rows = [(one_line(r.probe, 100), one_line(r.device or "-", 100), r.status, _duration(r.duration_s),
+             one_line(r.summary)) for r in report.results]
+    if rows:
+        w_id = max(len(r[0]) for r in rows)
+        w_dev = max(len(r[1]) for r in rows) + 2 if len({r[1] for r in rows}) > 1 else 0
+        w_status = max(len(_STATUS_WORD[r[2]]) for r in rows)
+        w_time = max(len(r[3]) for r in rows)
+        room = max(width - (2 + w_id + 2 + w_dev + w_status + 2 + w_time + 2), 16)
+        for probe, device, status, duration, summary in rows:
+            say(f"  {probe:<{w_id}}  " + (f"{device:<{w_dev}}" if w_dev else ""),
+                (f"{_STATUS_WORD[status]:<{w_status}}", _STATUS_STYLE[status]),
+                f"  {duration:>{w_time}}  ", fit(summary, room) if not verbose else summary)
+    say((tally_line(report) if verbose else fit(tally_line(report), width - 2), "dim"), indent=2)
+
+    # Errors, then probes that broke without a finding, then warnings: each an id (never cut), one
+    # line (cut to fit), and the command that tells the full story.
     findings = report.findings
-    if findings:
+    errors = [(r, f) for r, f in findings if f.severity == "error"]
+    warnings = [(r, f) for r, f in findings if f.severity != "error"]
+    broken = [r for r in report.results if r.status in PROBLEM_STATUSES and not r.findings]
+    if findings or broken:
         say()
-        say(Text(f"Findings ({len(findings)})", style="bold underline"))
-    for n, (result, finding) in enumerate(findings, 1):
-        say()
-        head = Text(f"{n}. ")
-        head.append(f"[{finding.kb_id}]", style="bold red" if finding.severity == "error" else "bold yellow")
-        head.append(f" {finding.summary}")
-        say(head)
-        say(Text(f"{finding.severity} from {result.probe}" + (f" on {result.device}" if result.device else ""), style="dim"), 3)
-        for line in finding.evidence:
-            say(Text(f"| {line}"), 3)
-        entry = kb(finding.kb_id)
-        if entry is None:
-            say(Text(f"No knowledge-base entry loaded; run `gpudoctor explain {finding.kb_id}`.", style="dim"), 3)
+        say(("Findings" if findings else "Problems", "bold underline"))
+    label_w = 10
+    for result, finding in errors:
+        _finding_line(say, wrapped, result, finding, kb, label_w, width, verbose)
+    for r in broken:
+        probe = one_line(r.probe, 100)
+        word = r.status.value.replace("_", " ")
+        head = f"{word:<{label_w}}{probe}{_where(r)}: "
+        say(("  ", ""), (f"{word:<{label_w}}", _STATUS_STYLE[r.status]), (f"{probe}{_where(r)}", "bold"), ": ",
+            fit(one_line(r.summary), max(width - 2 - len(head), 16)) if not verbose else one_line(r.summary))
+        if not verbose:
+            say((f"gpudoctor scan --probe {probe} -v", "dim"), indent=2 + label_w)
             continue
-        say(Text(entry.title, style="bold"), 3)
-        if entry.fix:
-            say(Text("Fix:", style="bold"), 3)
-        for i, step in enumerate(entry.fix, 1):
-            say(Text(f"{i}) {step}"), 3)
-        if entry.patch:
-            say(Text("Patch:", style="bold"), 3)
-            lexer = entry.patch_lang or "text"
-            say(Syntax(entry.patch, lexer, theme="ansi_dark", background_color="default", word_wrap=True), 5)
-        say(Text(f"More: gpudoctor explain {finding.kb_id}", style="dim"), 3)
+        how = f"signal {r.signal}" if r.signal else f"exit code {r.exit_code}" if r.exit_code is not None else ""
+        if how:
+            say((how, "dim"), indent=2 + label_w)
+        for line in _lines(r.stderr_tail, TAIL_LINES, TAIL_LIMIT):
+            say(("| ", "dim"), line, indent=2 + label_w)
+    for result, finding in warnings:
+        _finding_line(say, wrapped, result, finding, kb, label_w, width, verbose)
 
-    for r in report.results:
-        if r.status not in (Status.CRASHED, Status.TIMED_OUT):
-            continue
-        say()
-        how = f"signal {r.signal}" if r.signal else f"exit code {r.exit_code}" if r.exit_code is not None else "no exit status"
-        where = f" on {r.device}" if r.device else ""
-        say(Text(f"{r.probe} {r.status.value.replace('_', ' ')} ({how}){where}", style=_STATUS_STYLE[r.status]))
-        for line in (r.stderr_tail or "").splitlines()[-_STDERR_LINES:]:
-            say(Text(f"| {line}"), 3)
-
-    brief = environment_brief(report.environment)
-    if brief:
-        say()
-        say(Text("Environment", style="bold underline"))
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(no_wrap=True)
-        grid.add_column(overflow="fold")
+    say()
+    say(("Environment: ", "bold"), environment_summary(report.environment))
+    if verbose:
+        brief = [(one_line(k, 100), one_line(v, VALUE_LIMIT)) for k, v in environment_brief(report.environment)]
+        w_key = max((len(k) for k, _ in brief), default=0)
         for key, value in brief:
-            grid.add_row(Text(key, style="bold red" if key.endswith("!") else "bold"), Text(value))
-        say(grid, 2)
+            say((f"{key:<{w_key}}", "bold red" if key.endswith("!") else "bold"), "  ", value, indent=2)
+        if report.invocation:
+            say(("made by: ", "dim"), one_line(report.invocation.get("command", ""), VALUE_LIMIT), indent=2)
+    else:
+        say(("-v: evidence, fixes, patches, environment; --format md -o report.md: a ticket", "dim"))
+    say()
+    if v.command:
+        say(("Next: ", "bold"), v.command)
+    say(("gpudoctor: ", "bold"), (v.line, style))
+
+
+def _finding_line(say: Callable[..., None], wrapped: Callable[..., None], result: Any, finding: Any,
+                  kb: KbLookup, label_w: int, width: int, verbose: bool) -> None:
+    kb_id = one_line(finding.kb_id, 100)
+    severity = "error" if finding.severity == "error" else "warning"
+    room = max(width - 2 - label_w - len(kb_id) - 2, 16)
+    summary = one_line(finding.summary)
+    say(("  ", ""), (f"{severity:<{label_w}}", "bold red" if severity == "error" else "bold yellow"),
+        (kb_id, "bold"), "  ", summary if verbose else fit(summary, room))
+    say((f"gpudoctor explain {kb_id}", "dim"), indent=2 + label_w)
+    if verbose:
+        _finding_details(say, wrapped, result, finding, kb(finding.kb_id), 2 + label_w)
+
+
+def _finding_details(say: Callable[..., None], wrapped: Callable[..., None], result: Any, finding: Any,
+                     entry: Any, indent: int) -> None:
+    """Under -v: the evidence, the entry's fix steps and its patch (at column 0, to copy as is)."""
+    for line in _evidence(finding.summary, finding.evidence):
+        say(("| ", "dim"), line, indent=indent)
+    if entry is None:
+        say(("No knowledge-base entry loaded for this id.", "dim"), indent=indent)
+        return
+    say((str(entry.title), "bold"), indent=indent)
+    for n, step in enumerate(entry.fix, 1):
+        wrapped(str(step), indent, f"{n}) ")
+    patch = str(getattr(entry, "patch", "") or "")
+    if patch:
+        lang = getattr(entry, "patch_lang", None) or "text"
+        safety = getattr(entry, "applicability", None)
+        say((f"Patch ({lang}" + (f", {safety}" if safety else "") + "):", "bold"), indent=indent)
+        for line in patch.splitlines():
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+            say((line, style))
+    say()
 
 
 # --- JSON ----------------------------------------------------------------------------------------
@@ -284,66 +513,118 @@ def load_schema() -> dict[str, Any]:
 
 # --- Markdown ------------------------------------------------------------------------------------
 
+# What Markdown (GitHub's flavour included) reads as syntax anywhere in running text: emphasis,
+# code, links and images, raw HTML and entities, tables, strikethrough, @-mentions. Block syntax
+# (headings, lists, quotes) only counts at the start of a line: see _MD_LINE_START.
+_MD_SPECIAL = frozenset("\\`*_[]<>|~&@")
+_MD_LINE_START = re.compile(r"^(?:[#+=>-]|\d+[.)])")
 
-def _cell(text: Any) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip() or " "
+
+def md_text(text: Any, limit: int = SUMMARY_LIMIT, *, start: bool = False) -> str:
+    """Untrusted text as one line of inert Markdown: syntax characters backslash-escaped. `start`:
+    the text begins a block (a list item, a paragraph), where `#`, `-`, `>` or `1.` would be syntax."""
+    line = "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in one_line(text, limit))
+    found = _MD_LINE_START.match(line) if start else None
+    if found:
+        end = found.end()
+        line = line[: end - 1] + "\\" + line[end - 1:]
+    return line
 
 
-def _fence(text: str, lang: str = "") -> str:
-    # A fence longer than any backtick run inside, so pasted error text cannot close it early.
+def md_prose(text: Any, limit: int = 20000) -> str:
+    """The knowledge base's own prose (trusted, written with `code` spans): kept as Markdown, but
+    `<` outside code spans is escaped so that "<your version>" is not swallowed as an HTML tag."""
+    flat = one_line(text, limit)
+    parts = re.split(r"(`[^`]*`)", flat)
+    return "".join(part if part.startswith("`") and part.endswith("`") and len(part) > 1
+                   else part.replace("<", "\\<") for part in parts)
+
+
+def md_code(text: Any, limit: int = 200) -> str:
+    """Untrusted text as inline code: a backtick run longer than any inside it delimits it."""
+    body = one_line(text, limit)
+    ticks = "`" * (_longest_backtick_run(body) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{ticks}{pad}{body}{pad}{ticks}"
+
+
+def _longest_backtick_run(text: str) -> int:
     longest, run = 0, 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
-    ticks = "`" * max(3, longest + 1)
+    return longest
+
+
+def _fence(text: str, lang: str = "") -> str:
+    # A fence longer than any backtick run inside, so pasted error text cannot close it early.
+    text = visible(text)
+    ticks = "`" * max(3, _longest_backtick_run(text) + 1)
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
+def _cell(text: Any) -> str:
+    return md_text(text) or " "
+
+
 def render_markdown(report: Report, *, kb: KbLookup | None = None) -> str:
-    """A bug-ticket body: results table, findings with fixes, crashes, and a collapsible
-    environment (brief list plus the full environment JSON)."""
+    """A bug-ticket body: the environment in one line, the verdict, the results table, findings with
+    fixes, crashes, and a collapsible environment (brief list plus the full environment JSON)."""
     kb = kb or load_kb_entry
+    v = verdict(report)
+    made = f" · {md_code(report.invocation.get('command', ''), 500)}" if report.invocation else ""
     out: list[str] = [
+        f"**Environment:** {md_text(environment_summary(report.environment), VALUE_LIMIT)}",
+        "",
         "## gpudoctor report",
         "",
-        f"gpudoctor {report.tool_version} · {report.created}" + (" · redacted" if report.redacted else "")
-        + f" · {_counts_line(report)}",
+        f"**{md_text(v.line)}**" + (f" · next: {md_code(v.command, 300)}" if v.command else ""),
+        "",
+        f"gpudoctor {md_text(report.tool_version, 100)} · {md_text(report.created, 100)}"
+        + (" · redacted" if report.redacted else "") + f" · {md_text(tally_line(report), 500)}" + made,
         "",
         "| Probe | Device | Status | Time | Summary |",
         "|---|---|---|---:|---|",
     ]
     for r in report.results:
-        status = f"**{r.status.value}**" if r.status in (Status.FAIL, Status.CRASHED, Status.TIMED_OUT) else r.status.value
+        status = f"**{r.status.value}**" if r.status in PROBLEM_STATUSES else r.status.value
         out.append(f"| {_cell(r.probe)} | {_cell(r.device or '-')} | {status} | {_duration(r.duration_s)} | {_cell(r.summary)} |")
 
     findings = report.findings
     if findings:
         out += ["", f"### Findings ({len(findings)})"]
     for result, finding in findings:
-        out += ["", f"#### `{finding.kb_id}`: {finding.summary}", ""]
-        out.append(f"{finding.severity} from `{result.probe}`" + (f" on `{result.device}`" if result.device else ""))
-        if finding.evidence:
-            out += ["", _fence("\n".join(finding.evidence))]
+        out += ["", f"#### {md_code(finding.kb_id)}: {md_text(finding.summary)}", ""]
+        out.append(f"{md_text(finding.severity, 20, start=True)} from {md_code(result.probe)}"
+                   + (f" on {md_code(result.device)}" if result.device else ""))
+        evidence = _evidence(finding.summary, finding.evidence)
+        if evidence:
+            out += ["", _fence("\n".join(evidence))]
         entry = kb(finding.kb_id)
         if entry is None:
-            out += ["", f"Details: `gpudoctor explain {finding.kb_id}`"]
+            out += ["", f"Details: {md_code('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
             continue
-        out += ["", f"**{entry.title}**", ""]
-        out += [f"{i}. {step}" for i, step in enumerate(entry.fix, 1)]
+        out += ["", f"**{md_prose(entry.title)}**", ""]
+        out += [f"{i}. {md_prose(step)}" for i, step in enumerate(entry.fix, 1)]
         if entry.patch:
             out += ["", _fence(entry.patch, entry.patch_lang or "")]
+        out += ["", f"Details: {md_code('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
 
-    broken = [r for r in report.results if r.status in (Status.CRASHED, Status.TIMED_OUT)]
-    for r in broken:
+    for r in report.results:
+        if r.status not in (Status.CRASHED, Status.TIMED_OUT):
+            continue
         how = f"signal {r.signal}" if r.signal else f"exit code {r.exit_code}"
-        out += ["", f"#### `{r.probe}` {r.status.value.replace('_', ' ')} ({how})"]
-        tail = "\n".join((r.stderr_tail or "").splitlines()[-_STDERR_LINES:])
+        out += ["", f"#### {md_code(r.probe)} {r.status.value.replace('_', ' ')} ({md_text(how, 100)})"]
+        tail = "\n".join(_lines(r.stderr_tail, TAIL_LINES, TAIL_LIMIT))
         if tail:
             out += ["", _fence(tail)]
 
     out += ["", "<details><summary>Environment</summary>", ""]
-    out += [f"- **{key}**: {value}" for key, value in environment_brief(report.environment)]
-    out += ["", _fence(json.dumps(report.environment, indent=2, ensure_ascii=False, default=str), "json"), "", "</details>", ""]
+    out += [f"- **{md_text(key, 100)}**: {md_text(value, VALUE_LIMIT)}" for key, value in environment_brief(report.environment)]
+    env_json = json.dumps(report.environment, indent=2, ensure_ascii=False, default=str)
+    if len(env_json) > ENV_JSON_LIMIT:
+        env_json = env_json[:ENV_JSON_LIMIT] + f"\n... ({len(env_json) - ENV_JSON_LIMIT} more characters in the JSON report)"
+    out += ["", _fence(env_json, "json"), "", "</details>", ""]
     return "\n".join(out)
 
 
@@ -354,6 +635,38 @@ RENDERERS: dict[str, Callable[..., Any]] = {
 }
 
 
-# --- loading -------------------------------------------------------------------------------------
+# --- explain as Markdown -------------------------------------------------------------------------
 
 
+def render_explanation_markdown(explanation: Any) -> str:
+    """`gpudoctor explain --format md`: the ranked matches and the best entry, for a ticket or a
+    chat. Evidence comes from the user's text and is escaped like a report's."""
+    out: list[str] = []
+    entry = explanation.entry
+    if explanation.matches:
+        out += ["### Known failures in this text", "", "| # | id | confidence | evidence |", "|---:|---|---:|---|"]
+        for rank, m in enumerate(explanation.matches, 1):
+            label = f"{m.confidence:.0%}" + (" (context)" if m.context_only else "")
+            evidence = " / ".join(one_line(e, EVIDENCE_LINE_LIMIT) for e in m.evidence[:3])
+            out.append(f"| {rank} | {md_code(m.id)} | {label} | {_cell(evidence)} |")
+        out.append("")
+    if entry is None:
+        out.append("No known failure matched this text; run `gpudoctor scan` to probe this machine.")
+        return "\n".join(out) + "\n"
+    out += [f"## {md_prose(entry.title)} ({md_code(entry.id)})", "", md_prose(entry.what), ""]
+    best = explanation.matches[0] if explanation.matches else None
+    found = best.context_lines() if best is not None else []
+    if found:
+        out += ["**In your text**", ""] + [f"- {md_text(line, 4000, start=True)}" for line in found] + [""]
+    if entry.why:
+        out += ["**Why**", ""] + [f"- {md_prose(cause)}" for cause in entry.why] + [""]
+    if entry.fix:
+        out += ["**Fix**", ""] + [f"{n}. {md_prose(step)}" for n, step in enumerate(entry.fix, 1)] + [""]
+    if entry.patch:
+        safety = entry.applicability + (f": {entry.fix_safety}" if entry.fix_safety else "")
+        out += [f"**Patch** ({md_text(safety, 1000)})", "", _fence(entry.patch, entry.patch_lang or ""), ""]
+    refs = [r for r in entry.references if r.url]
+    if refs:
+        out += ["**References**", ""] + [f"- {md_text(r.title, 500)}: <{visible(r.url, 500)}>" for r in refs] + [""]
+    out.append(f"Full entry: `gpudoctor explain {entry.id}`")
+    return "\n".join(out) + "\n"

@@ -99,6 +99,7 @@ def test_without_gpu_lists_what_each_library_carries(env, tmp_path):
     assert out.to_dict()["status"] == "skipped"  # JSON-serialisable
 
 
+@pytest.mark.torch
 def test_real_torch_on_cpu_skips_with_reason():
     import torch
 

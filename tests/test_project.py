@@ -9,8 +9,12 @@ import sys
 
 def test_readme_shows_the_command_ci_runs(repo_root):
     ci = (repo_root / ".ci" / "run").read_text()
-    command = ci.strip().splitlines()[-1]
-    assert "pytest" in command
+    block = re.search(r"# --- the README's test command \(keep in sync\) ---\n(.*)\n# --- end", ci)
+    assert block, ".ci/run lost the markers around the README's test command"
+    command = block.group(1)
+    start = ci.index(command)
+    assert "-m pytest" in command and start < ci.index("-m pytest") < start + len(command), \
+        "the README's command is the first test run in .ci/run"
     readme = (repo_root / "README.md").read_text()
     assert command in readme, f"README must show CI's test command: {command}"
     assert "gpudoctor scan" in readme.split("## Commands")[0], "the first set-up command runs gpudoctor scan"
@@ -46,3 +50,47 @@ def test_no_top_level_probes_or_reports_modules_are_installed():
     for name in ("probes", "reports", "doctor"):
         spec = importlib.util.find_spec(name)
         assert spec is None or "site-packages" not in (spec.origin or ""), f"top-level {name} installed"
+
+
+def test_gpudoctor_does_not_depend_on_torch(repo_root):
+    """What pip resolves for `pip install .`: no torch and no CUDA wheels, only in extras."""
+    import importlib.metadata
+
+    base = [r for r in importlib.metadata.requires("gpudoctor") or [] if "extra ==" not in r]
+    names = [re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in base]
+    assert "torch" not in names and not [n for n in names if n.startswith("nvidia-") and n != "nvidia-ml-py"]
+    readme = (repo_root / "README.md").read_text()
+    setup = readme.split("## Set up")[1].split("## Commands")[0]
+    first = next(line for line in setup.splitlines() if "gpudoctor scan" in line and not line.startswith("#"))
+    # Install gpudoctor alone; add the CPU pin only where no torch can be imported.
+    assert "python -m pip install . &&" in first
+    assert "{ python -c 'import torch' 2>/dev/null || python -m pip install 'torch==2.13.0'; }" in first
+
+
+def test_set_up_never_replaces_an_installed_torch(repo_root, tmp_path):
+    """README set-up (1), resolved by pip itself: `pip install .` into an environment whose torch is
+    2.5.1 installs gpudoctor and nothing else."""
+    import json
+
+    import pytest
+
+    try:
+        import setuptools
+        import wheel  # noqa: F401
+    except ImportError:
+        pytest.skip("needs setuptools and wheel here to build gpudoctor's metadata offline")
+    if int(setuptools.__version__.split(".")[0]) < 68:
+        pytest.skip(f"setuptools {setuptools.__version__} is older than the build backend gpudoctor declares")
+    site = tmp_path / "site"
+    dist = site / "torch-2.5.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.5.1\n")
+    (dist / "RECORD").write_text("")
+    report = tmp_path / "report.json"
+    env = dict(__import__("os").environ, PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
+                           "--quiet", "--report", str(report), str(repo_root)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+    assert names == ["gpudoctor"]

@@ -19,17 +19,19 @@ from rich.console import Console
 
 from gpudoctor.environment import collect_environment, merge_environment
 from gpudoctor.probes.base import Finding, Status
-from gpudoctor.reports.model import SCHEMA_VERSION, ProbeResult, Report
+from gpudoctor.reports.model import SCHEMA_VERSION, ProbeResult, Report, ReportFormatError
 from gpudoctor.reports.render import (
     FORMATS,
     RENDERERS,
     environment_brief,
     load_kb_entry,
     load_schema,
+    render_explanation_markdown,
     render_json,
     render_markdown,
     render_terminal,
     report_from_dict,
+    verdict,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
@@ -93,22 +95,168 @@ def test_every_format_has_a_renderer_that_renders_every_result():
 
 def test_terminal_shows_findings_patches_crashes_and_environment():
     out = _terminal(_sample(), kb=FAKE_KB.get)
-    assert "[xformers-flash-invalid-argument] xformers' flash kernel raises invalid argument" in out
-    assert "+pipe.disable_xformers_memory_efficient_attention()" in out
-    assert "1) Use F.scaled_dot_product_attention instead of xformers." in out
-    # No entry for sdpa-no-kernel in FAKE_KB: the id and the explain command still appear.
-    assert "No knowledge-base entry loaded; run `gpudoctor explain sdpa-no-kernel`." in out
-    # Probe output is text, not markup.
-    assert "| [bold]not markup[/bold]" in out
-    assert "fp8-matmul crashed (signal SIGSEGV) on cuda:0" in out
-    assert "duplicate!" in out and "installed twice" in out
+    lines = out.splitlines()
+    # The verdict is the first and the last line; the command for the full story just before it.
+    verdict_line = "gpudoctor: NOT HEALTHY (3 problems); fix first: xformers-flash-invalid-argument"
+    assert lines[0] == verdict_line and lines[-1] == verdict_line
+    assert lines[-2] == "Next: gpudoctor explain xformers-flash-invalid-argument"
+    # One line per probe, then findings as id + one line + the explain command; no patch by default.
+    assert sum(1 for line in lines if line.startswith("  fp8-matmul ")) == 1
+    assert "  error     xformers-flash-invalid-argument  xformers' flash kernel raises invalid argument on…" in lines
+    assert "            gpudoctor explain xformers-flash-invalid-argument" in lines
+    assert "            gpudoctor explain sdpa-no-kernel" in lines
+    assert "  crashed   fp8-matmul on cuda:0: worker died with SIGSEGV" in lines
+    assert "pipe.disable_xformers" not in out and "not markup" not in out
+    assert lines.index("Findings") > lines.index("  matmul-sanity       cpu     pass        205 ms  "
+                                                 "fp32/fp16/bf16 matmul agree with the CPU within…")
+    env = next(line for line in lines if line.startswith("Environment: "))
+    assert env == ("Environment: torch 2.8.0+cu128 (CUDA 12.8), cuDNN 9.10.2, driver 570.133.20 (CUDA 12.8), "
+                   "NVIDIA GeForce RTX 5090 (sm 12.0), Python 3.11.9")
     assert "\x1b[" not in out
 
 
-def test_terminal_colour_follows_the_console():
-    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system="standard")
-    render_terminal(_sample(), console, kb=FAKE_KB.get)
-    assert "\x1b[" in console.file.getvalue()
+def test_verbose_adds_evidence_fixes_patches_tails_and_environment():
+    out = _terminal(_sample(), kb=FAKE_KB.get, verbose=True)
+    lines = out.splitlines()
+    # The patch is printed at column 0, whole: it can be copied into a file as it is.
+    assert "-pipe.enable_xformers_memory_efficient_attention()" in lines
+    assert "+pipe.disable_xformers_memory_efficient_attention()" in lines
+    assert "            1) Use F.scaled_dot_product_attention instead of xformers." in lines
+    assert "            | torch.AcceleratorError: CUDA error: invalid argument" in lines
+    # No entry for sdpa-no-kernel in FAKE_KB: the id and the explain command still appear.
+    assert "No knowledge-base entry loaded for this id." in out and "gpudoctor explain sdpa-no-kernel" in out
+    # Probe output is text, not markup.
+    assert "            | [bold]not markup[/bold]" in lines
+    assert "            signal SIGSEGV" in lines
+    assert any(line.startswith("  duplicate!") for line in lines) and "installed twice" in out
+    assert lines[0] == lines[-1]
+
+
+def test_golden_terminal_verbose_at_80_columns():
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    render_terminal(_sample(), console, kb=FAKE_KB.get, verbose=True)
+    _golden("sample.terminal-verbose-80.txt", console.file.getvalue())
+
+
+def _raw_html(md: str) -> list[str]:
+    """Unescaped "<" outside fenced code blocks, other than the renderer's own <details> tags."""
+    import re
+
+    prose = re.sub(r"^(`{3,})[^\n]*\n.*?^\1$", "", md, flags=re.S | re.M)
+    prose = re.sub(r"</?(details|summary)>", "", prose)
+    return re.findall(r"(?<!\\)<[^\n]{0,20}", prose)
+
+
+def _report(*results: ProbeResult, **kw) -> Report:
+    return Report(results=list(results), tool_version="0.1.0", created="2026-05-01T10:20:30+00:00", **kw)
+
+
+@pytest.mark.parametrize("results, line, command", [
+    ([], "nothing checked: no probe ran", None),
+    ([ProbeResult("a", "A", Status.PASS, "ok", 0.1, "cpu")], "healthy", None),
+    ([ProbeResult("a", "A", Status.SKIPPED, "no CUDA", 0.0, "cpu")], "nothing checked: all 1 probe runs skipped",
+     "gpudoctor scan -v  (why: no CUDA)"),
+    ([ProbeResult("a", "A", Status.WARN, "meh", 0.1, "cpu", findings=[Finding("cuda-oom", "x", (), "warning")])],
+     "healthy, 1 warning: cuda-oom", "gpudoctor explain cuda-oom"),
+    ([ProbeResult("a", "A", Status.CRASHED, "died", 0.1, "cpu", signal="SIGSEGV"),
+      ProbeResult("b", "B", Status.FAIL, "bad", 0.1, "cpu", findings=[Finding("dtype-mismatch", "x")])],
+     "NOT HEALTHY (2 problems); fix first: dtype-mismatch", "gpudoctor explain dtype-mismatch"),
+    ([ProbeResult("a", "A", Status.TIMED_OUT, "hung", 30.0, "cuda:1")],
+     "NOT HEALTHY (1 problem); fix first: a timed out", "gpudoctor scan --probe a -v"),
+])
+def test_verdict(results, line, command):
+    v = verdict(_report(*results))
+    assert (v.line, v.command) == (line, command)
+    assert v.healthy is not _report(*results).has_problems
+
+
+def test_huge_and_hostile_probe_text_is_bounded_and_inert():
+    # A 20 MB exception message, escape sequences, markup and bidi controls from a probe.
+    huge = "RuntimeError: " + "x" * (20 << 20)
+    hostile = "\x1b]52;c;ZXZpbA==\x07 [link=https://evil]click[/link] \u202e [/] <script>"
+    report = _report(ProbeResult(
+        "fp8-matmul", "FP8", Status.CRASHED, huge + hostile, 1.0, "cpu", signal="SIGSEGV",
+        stderr_tail=(hostile + "\n") * 5 + huge,
+        findings=[Finding("fp8-layout", hostile + huge, (huge, hostile, hostile))],
+    ))
+    for verbose in (False, True):
+        out = _terminal(report, kb=lambda _id: None, verbose=verbose)
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+        assert "[link=https://evil]click[/link]" in out  # shown as text, not a live link
+        assert len(out) < 200_000
+    md = render_markdown(report, kb=lambda _id: None)
+    assert "\x1b" not in md and "\u202e" not in md and _raw_html(md) == [] and "\\<script\\>" in md
+    assert len(md) < 200_000
+    data = json.loads(render_json(report))  # JSON keeps what the report holds, escaped by JSON
+    assert data["results"][0]["summary"].endswith("<script>")
+
+
+def test_evidence_is_shown_once_and_never_cut_mid_word():
+    long_line = "RuntimeError: " + " ".join(f"word{i}" for i in range(60))
+    report = _report(ProbeResult("p", "P", Status.FAIL, "bad", 0.1, "cpu", findings=[
+        Finding("view-stride", long_line, (long_line, "second line", "second line"))]))
+    out = _terminal(report, kb=lambda _id: None, verbose=True)
+    assert out.count("second line") == 1
+    assert out.count(long_line) == 1  # the summary line, whole; the evidence copy of it dropped
+    out80 = Console(file=io.StringIO(), width=80, color_system=None)
+    render_terminal(report, out80, kb=lambda _id: None)
+    text = out80.file.getvalue()
+    shown = next(line for line in text.splitlines() if line.startswith("  error"))
+    assert shown.endswith("…") and len(shown) <= 80
+    assert shown[:-1].rstrip().rsplit(" ", 1)[-1] in long_line.split()  # cut between words
+
+
+def test_markdown_starts_with_the_environment_summary():
+    md = render_markdown(_sample(), kb=FAKE_KB.get)
+    first = md.splitlines()[0]
+    assert first == ("**Environment:** torch 2.8.0+cu128 (CUDA 12.8), cuDNN 9.10.2, driver 570.133.20 "
+                     "(CUDA 12.8), NVIDIA GeForce RTX 5090 (sm 12.0), Python 3.11.9")
+    assert "**NOT HEALTHY (3 problems); fix first: xformers-flash-invalid-argument**" in md
+
+
+def test_markdown_cannot_be_broken_out_of():
+    nasty = "a | b ` ``` </details> <img src=x onerror=alert(1)> @everyone [x](javascript:alert(1)) *bold*"
+    report = _report(ProbeResult("p", "P", Status.FAIL, nasty, 0.1, "cpu", stderr_tail="```\n</details>",
+                                 findings=[Finding("view-stride", nasty, ("````\n# heading\n````",))]))
+    md = render_markdown(report, kb=lambda _id: None)
+    row = next(line for line in md.splitlines() if line.startswith("| p |"))
+    assert row.count(" | ") == 4 and row.endswith(" |")  # the pipe in the text did not add a column
+    assert _raw_html(md) == []  # every < outside code is escaped, except our own <details>
+    assert "\\@everyone" in md and "\\[x\\]" in md
+    assert "`````\n````\n# heading\n````\n`````" in md  # a fence longer than the content's
+
+
+def test_a_1_0_report_still_reads_and_rerenders_as_the_current_schema():
+    old = json.loads((FIXTURES / "sample.json").read_text())
+    assert old["schema_version"] == "1.0" and "invocation" not in old
+    data = json.loads(render_json(report_from_dict(old)))
+    assert data == {**old, "schema_version": SCHEMA_VERSION, "invocation": None}
+    assert [e.message for e in _validator().iter_errors(data)] == []
+    assert [e.message for e in _validator().iter_errors(old)] == []  # 1.0 stays valid
+
+
+def test_json_round_trips_with_the_invocation():
+    report = _sample()
+    report.invocation = {"command": "gpudoctor scan --device cpu", "argv": ["gpudoctor", "scan", "--device", "cpu"],
+                         "options": {"device": "cpu", "timeout": None}}
+    data = json.loads(render_json(report))
+    assert data["schema_version"] == SCHEMA_VERSION == "1.1"
+    assert report_from_dict(data).to_dict() == data
+    assert [e.message for e in _validator().iter_errors(data)] == []
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "not a gpudoctor report: the JSON is list"),
+    ({"results": []}, "not a gpudoctor report: schema_version is None"),
+    ({"schema_version": "2.0", "results": []}, "report schema 2.0 is not readable by this gpudoctor (it reads 1.x)"),
+    ({"schema_version": "1.0", "results": "x"}, "results is str, not a list"),
+    ({"schema_version": "1.0", "results": [{"probe": "p", "status": "weird"}]}, "results[0] is malformed"),
+    ({"schema_version": "1.0", "results": [{"status": "pass"}]}, "results[0] is malformed"),
+])
+def test_malformed_reports_are_refused_with_one_line(data, message):
+    with pytest.raises(ReportFormatError) as info:
+        report_from_dict(data)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
 def test_knowledge_base_lookup_degrades(monkeypatch):
@@ -120,19 +268,35 @@ def test_knowledge_base_lookup_degrades(monkeypatch):
 
     monkeypatch.setattr(gpudoctor.kb, "load_entry", broken)
     assert load_kb_entry("cuda-oom") is None
-    out = _terminal(_sample())  # the default lookup, now failing
-    assert "run `gpudoctor explain xformers-flash-invalid-argument`" in out
+    out = _terminal(_sample(), verbose=True)  # the default lookup, now failing
+    assert "gpudoctor explain xformers-flash-invalid-argument" in out
+    assert "No knowledge-base entry loaded for this id." in out
 
 
-def test_json_round_trips_and_validates():
-    report = _sample()
-    text = render_json(report)
-    data = json.loads(text)
-    assert data["schema_version"] == SCHEMA_VERSION
-    assert data == json.loads((FIXTURES / "sample.json").read_text())
-    assert report_from_dict(data).to_dict() == data
-    errors = [e.message for e in _validator().iter_errors(data)]
-    assert errors == []
+def test_terminal_colour_follows_the_console():
+    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system="standard")
+    render_terminal(_sample(), console, kb=FAKE_KB.get)
+    assert "\x1b[" in console.file.getvalue()
+
+
+def test_explanation_markdown():
+    from gpudoctor import explain as ex
+    from gpudoctor.kb import load_entry
+    from gpudoctor.matcher import match_chunks
+    from gpudoctor.textinput import iter_text
+
+    text = "[rank0]: RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float <b>"
+    matches = tuple(match_chunks(iter_text(text)))
+    md = render_explanation_markdown(ex.Explanation(matches=matches, entry=matches[0].entry))
+    assert md.startswith("### Known failures in this text")
+    assert "| 1 | `dtype-mismatch` |" in md and "<b>" not in md and "\\[rank0\\]" in md
+    assert "**Fix**" in md and "Full entry: `gpudoctor explain dtype-mismatch`" in md
+    entry = load_entry("misaligned-address")
+    md = render_explanation_markdown(ex.Explanation(matches=(), entry=entry))
+    assert md.startswith("## ") and "(`misaligned-address`)" in md.splitlines()[0]
+    assert "```" + (entry.patch_lang or "") in md and entry.patch.splitlines()[0] in md
+    none = render_explanation_markdown(ex.Explanation(matches=(), entry=None))
+    assert "No known failure matched" in none
 
 
 def test_schema_validates_a_real_report_from_this_machine():

@@ -64,7 +64,7 @@ def test_usage_errors_exit_2_before_any_scan(tmp_path):
     for args, text in [
         (["--json", str(tmp_path)], "is a directory"),
         (["--attn-shape", "1,2,3"], "four positive integers"),
-        (["--timeout", "0"], "must be positive"),
+        (["--timeout", "0"], "must be a positive"),
         (["--probe-file", str(tmp_path / "missing.py")], "no such file"),
         (["--device", "cuda:x"], "--device cuda:x"),
     ]:
@@ -83,12 +83,14 @@ def test_json_through_a_symlink_and_a_fifo(tmp_path):
     import os
     import threading
 
+    # A link to a file is refused before the scan (never written through), and nothing changes.
     real, link = tmp_path / "real.json", tmp_path / "link.json"
     real.write_text("old")
     link.symlink_to(real)
     result = scan(*files("ok"), "--probe", "fake-ok", "--json", str(link))
-    assert result.exit_code == 0, result.output
-    assert link.is_symlink() and json.loads(real.read_text())["results"][0]["probe"] == "fake-ok"
+    assert result.exit_code == 2, result.output
+    assert "is a symbolic link" in result.stderr and "does not write through links" in result.stderr
+    assert link.is_symlink() and real.read_text() == "old" and "fake-ok" not in result.stderr
 
     # A FIFO (like /dev/stdout or /dev/null) is written through, not replaced by a file.
     fifo = tmp_path / "pipe"

@@ -1,0 +1,102 @@
+"""Copy-paste under a real pseudo-terminal at 80 and 200 columns: `gpudoctor scan` runs the real
+console script with its standard output on a pty of that size (colour on, as a user sees it), and
+the logical lines it wrote (what a terminal's copy, or `tmux capture-pane -J`, gives back) must hold
+every patch line whole with its +/- prefix, every id and command unbroken, URLs unfolded, and
+evidence once, uncut. The verdict is the first and the last line; probe lines fit the width."""
+from __future__ import annotations
+
+import fcntl
+import os
+import pathlib
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from gpudoctor.kb import load_entry
+
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "cli_probes" / "findings.py"
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+def scan_on_a_pty(columns: int, *args: str) -> tuple[list[str], int]:
+    """Run `gpudoctor scan` with stdin and stdout on a `columns`-wide pty; the lines it wrote,
+    escape sequences removed, and its exit code. Progress (stderr) goes to a pipe."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "scan", "--probe-file", str(FIXTURE),
+                             "--probe", "cli-findings", *args],
+                            stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            pytest.fail("gpudoctor scan wrote nothing for 120 s")
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    proc.stderr.read()
+    code = proc.wait(60)
+    text = _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+    return [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")], code
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_patches_ids_urls_and_evidence_survive_a_terminal(columns):
+    lines, code = scan_on_a_pty(columns, "-v")
+    assert code == 1
+    text = "\n".join(lines)
+    nonblank = [line for line in lines if line.strip()]
+    verdict = "gpudoctor: NOT HEALTHY (1 problem); fix first: device-side-assert"
+    assert nonblank[0] == verdict and nonblank[-1] == verdict
+    # Every line of the patch is a line of the output, whole, at column 0.
+    entry = load_entry("device-side-assert")
+    assert max(len(line) for line in entry.patch.splitlines()) > 80  # the fixture must be able to wrap
+    for patch_line in entry.patch.splitlines():
+        assert patch_line.rstrip() in lines, patch_line
+    for patch_line in load_entry("sdp-kernel-deprecated").patch.splitlines():
+        assert patch_line.rstrip() in lines, patch_line
+    # Ids and the commands that carry them are never cut.
+    assert any(line.startswith("  error     device-side-assert  ") for line in lines)
+    assert "            gpudoctor explain device-side-assert" in lines
+    assert "            gpudoctor explain sdp-kernel-deprecated" in lines
+    # The evidence line is whole (URL unfolded, no word cut) and printed once.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_findings_fixture", FIXTURE)
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    assert f"            | {fixture.EVIDENCE}" in lines
+    assert text.count(fixture.URL) == 1
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_default_page_fits_the_terminal(columns):
+    lines, code = scan_on_a_pty(columns)
+    assert code == 1
+    nonblank = [line for line in lines if line.strip()]
+    assert nonblank[0] == nonblank[-1] == "gpudoctor: NOT HEALTHY (1 problem); fix first: device-side-assert"
+    probe_line = next(line for line in lines if line.startswith("  cli-findings "))
+    assert len(probe_line) <= columns
+    # The summary is shortened only where the terminal is too narrow for it, at a word boundary.
+    summary = "an index out of range in an embedding lookup triggered a device-side assert"
+    assert probe_line.endswith("…" if columns == 80 else summary)
+    finding = next(line for line in lines if line.startswith("  error     device-side-assert  "))
+    assert len(finding) <= columns
+    assert "            gpudoctor explain device-side-assert" in lines
+    # No patch on the default page: it is behind -v and `gpudoctor explain`.
+    assert load_entry("device-side-assert").patch.splitlines()[0] not in lines

@@ -327,6 +327,7 @@ def report(
     fmt: Optional[str] = typer.Option(None, "--format", help="text (default), json or md."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not redact the report again before showing it."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Whole summaries, evidence, fixes, patches and the environment."),
 ) -> None:
     """Validate a saved report and render it again (terminal, Markdown or JSON)."""
     from gpudoctor.reports import load, render
@@ -349,7 +350,7 @@ def report(
         elif fmt == "md":
             write_output(output, render.render_markdown(shown))
         else:
-            _show(lambda console: render.render_terminal(shown, console), output)
+            _show(lambda console: render.render_terminal(shown, console, verbose=verbose), output)
     raise typer.Exit(EXIT_FINDINGS if shown.has_problems else EXIT_OK)
 
 

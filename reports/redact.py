@@ -430,20 +430,22 @@ def _version_before(before: str) -> bool:
 
 
 def _pem_body_start(s: str, floor: int, end: int) -> int:
-    """Where the base64 lines that end at a private key's END marker begin (at most 200 lines)."""
+    """Where the base64 lines that end at a private key's END marker begin (at most 200 lines):
+    the start of the earliest line, walking back from END, that still looks like key body."""
+    accepted = end
     start = end
     for n in range(200):
         nl = s.rfind("\n", floor, start)
         seg_start = nl + 1 if nl >= 0 else floor
         seg = s[seg_start:start].strip()
-        if n == 0 and not seg:
-            pass  # END at the start of its line
-        elif not (_PEM_LAST_LINE if n <= 1 else _PEM_BODY_LINE).fullmatch(seg):
-            return start
+        if n > 0 or seg:  # the text before END on its own line may be empty
+            if not (_PEM_LAST_LINE if n <= 1 else _PEM_BODY_LINE).fullmatch(seg):
+                return accepted
+        accepted = seg_start
         if nl < 0:
-            return seg_start
+            return accepted
         start = nl
-    return start
+    return accepted
 
 
 def _is_ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

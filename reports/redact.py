@@ -1,111 +1,1125 @@
-"""Redaction: what a report must not carry when it is pasted into a public bug ticket.
+"""Redaction: what a report or a program's output must not carry into a public bug ticket.
 
-`redact_report(data)` takes a report's dict (`Report.to_dict()`) and returns a scrubbed deep copy:
+One `Redactor` is built per report (or per bundle): it knows this machine's identity (home, user
+names, host name, machine id, secrets held in secret-named environment variables) and hands out
+stable pseudonyms, so that the same secret, host, address or user gets the same placeholder
+everywhere in that report (`<host-2>` on two lines is one machine). The README's "What is
+redacted" table lists every form; in short:
 
-- identity: home folders (`/home/<user>`, `/Users/<user>`, `C:\\Users\\<user>`, and this
-  user's $HOME) become `~`; this user's name and this machine's hostname become `<user>` and
-  `<host>` wherever they appear;
-- hardware identifiers: GPU and MIG UUIDs, any UUID, PCI bus ids, and keys named uuid, serial,
-  bus id or hostname are dropped or masked;
-- environment variables: only the allow-list survives in `environment.env_vars`, and a variable
-  whose NAME says secret (TOKEN, SECRET, KEY, PASSWORD, PASSWD, CREDENTIAL, AUTH) loses its value
-  anywhere in the report, even if someone adds it to the allow-list;
-- secrets by VALUE, in every string: credentials in URLs (`https://user:pass@host`), Hugging Face
-  `hf_...`, AWS `AKIA...` ids and secret keys, GitHub `ghp_...`/`github_pat_...`, OpenAI-style
-  `sk-...`, Slack `xox?-...`, bearer tokens, `password=...`/`token: ...` pairs, private key blocks.
+- secrets, by name: a value whose key, variable or flag is secret-like (`HF_TOKEN=...`,
+  `'WANDB_API_KEY': '...'`, `"password": "..."`, `--token X`, `--api-key=X`, `Authorization:
+  Bearer ...`, `secret key: ...`), and the same value wherever else it appears;
+- secrets, by form: credentials in URLs (including an empty user, `redis://:pw@host`), GitHub,
+  GitLab, Hugging Face, OpenAI/Anthropic, Stripe, Slack, Google, npm, PyPI and AWS tokens, JWTs,
+  private key blocks, signed-URL signatures;
+- identity: this user's home (`~`), other users' homes (`/home/<user-1>`, `/Users/...`,
+  `C:\\Users\\...`, `/mnt/c/Users/...`), this user's name as a path component or word, e-mail
+  addresses, `user@host`;
+- machines: this host's name, host names in a host context (MASTER_ADDR, --rdzv-endpoint,
+  `hostname=`, `[host]:port`, NCCL's `host:pid:tid` prefix, tcp:// rendezvous URLs, SLURM node
+  lists, `*.internal`/`*.local` names), IPv4 and IPv6 addresses (loopback, 0.0.0.0 and netmasks
+  stay), MAC addresses, /etc/machine-id, UUIDs (GPU and MIG UUIDs keep their prefix), serial
+  numbers.
 
-Both layers run because either alone leaks: a name check misses a token pasted into an index URL,
-a value check misses a short password in a variable called DB_PASSWORD. Standard library only.
+Kept on purpose, because a diagnosis needs them: versions (a dotted quad after `==`, `-`, `v` or
+the word version, or under a `version` key, is a version, not an address), git commit ids, wheel
+hashes, CUDA pointers (`0x7f...`), tensor shapes, PCI bus ids, public index hosts in URLs.
+
+Every pattern is linear in the length of its input: quantifiers are bounded, unbounded runs start
+only at run boundaries, and values after a secret-like name are consumed by plain string code, not
+by backtracking.
+
+Interfaces for the other commands:
+- `Redactor.text(s)`, `Redactor.value(obj)`, `Redactor.report(dict)` (= `redact_report`);
+- `Redactor.alias(kind, value, label)`: name a known identity, e.g. the fleet merge names each
+  node's host `node-0`, `node-1` before redacting the merged report;
+- `Redactor.stream()`: a `StreamRedactor` whose `feed(text)` returns the redacted complete lines
+  and keeps a bounded partial line (a child program's output, line by line), `flush()` the rest.
+
+Standard library only.
 """
 from __future__ import annotations
 
 import copy
 import getpass
+import ipaddress
 import os
 import re
 import socket
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpudoctor.torchenv import allowed_env_name
 
-MASK = "<redacted>"
+MASK = "<redacted>"  # a whole value hidden without a pseudonym (for callers that need one)
 
-SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-# Only names shaped like environment variables are judged by name: a probe's `details` may
-# legitimately hold a lower-case "key" (the attention key tensor's shape).
-_ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
-# Keys whose values identify a machine or a GPU; dropped wherever they appear.
-IDENTITY_KEYS = frozenset({"uuid", "serial", "pci_bus_id", "bus_id", "board_id", "hostname", "node", "user", "username"})
+_LIMIT = 4096  # longest value consumed after a secret-like name
+_MAX_PSEUDONYMS = 10_000  # per kind; beyond it, the unnumbered <kind> (bounded memory)
+_MIN_LEARNED = 8  # a secret shorter than this is hidden where it is found, not hunted elsewhere
+# Kinds whose values, once found by their context, are hidden wherever else they appear verbatim.
+_LEARNED_KINDS = frozenset({"secret", "machine-id", "serial"})
 
-_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S), MASK),
-    # user[:password]@ in any scheme://, e.g. pip's --index-url https://user:pass@host/simple
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{MASK}@"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), MASK),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b"), MASK),
-    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"), MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), MASK),
-    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), MASK),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {MASK}"),
-    (
-        re.compile(
-            r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key"
-            r"|secret[_-]?key|private[_-]?key|auth[_-]?token|credentials?)\b\s*[=:]\s*)(['\"]?)[^\s'\"&;,]+"
-        ),
-        rf"\1\2{MASK}",
-    ),
-    # AWS secret access keys: 40 characters of base64 alphabet with upper, lower and digits (so that
-    # a 40-hex git commit hash survives), not starting with "/" (so that a path survives).
-    (re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9+][A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"), MASK),
-    (re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"), r"\1-<uuid>"),
-    (re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"), "<uuid>"),
-    (re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"), "<pci-bus-id>"),
-    (re.compile(r"(?<![\w.~-])/(?:home|Users)/[^/\s'\":]+"), "~"),
-    (re.compile(r"(?i)\b[A-Z]:\\Users\\[^\\\s'\"]+"), "~"),
+# --- names: which keys, variables and flags hold secrets or hosts -----------------------------------
+
+_SECRET_LAST = frozenset({
+    "password", "passwd", "passphrase", "secret", "token", "credential", "credentials", "cookie",
+    "apikey", "sessionid", "authorization", "auth", "privatekey", "accesskey", "secretkey",
+    "authtoken", "accesstoken", "refreshtoken", "apitoken",
+})
+_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey")
+# "key", "pwd" and "pass" alone are not secrets (the attention key tensor, $PWD), only qualified.
+_KEY_QUALIFIERS = frozenset({
+    "api", "access", "secret", "private", "account", "master", "encryption", "signing", "license",
+    "ssh", "client", "app", "consumer", "subscription", "storage", "service", "auth", "deploy",
+    "session", "shared", "wandb", "openai", "anthropic", "hf", "github", "gitlab", "aws", "gcp",
+    "azure", "comet", "neptune", "pinecone", "cohere", "groq", "mistral", "replicate", "together",
+})
+_CAMEL = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _name_parts(name: str) -> list[str]:
+    return [p.lower() for p in _CAMEL.split(name) if p]
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key, variable or flag name says its value is a secret: HF_TOKEN, WANDB_API_KEY,
+    api-key, clientSecret, DB_PASSWORD, MYSQL_PWD; not TOKENIZERS_PARALLELISM, max_tokens, key,
+    token_count, PWD."""
+    parts = _name_parts(name)
+    if not parts:
+        return False
+    last = parts[-1]
+    if last in _SECRET_LAST or last.endswith(_SECRET_SUFFIXES):  # PGPASSWORD, HFTOKEN
+        return True
+    if last == "id" and len(parts) >= 2 and parts[-2] == "session":
+        return True
+    if len(parts) >= 2 and last in ("key", "pwd", "pass"):
+        return last != "key" or parts[-2] in _KEY_QUALIFIERS or name.isupper()
+    return False
+
+
+_HOST_KEYS = frozenset({
+    "hostname", "host", "hostnames", "hosts", "nodename", "nodelist", "masteraddr", "masterhost",
+    "masteraddress", "rdzvendpoint", "submithost", "server", "servername", "peer", "remotehost",
+    "launchnodeipaddr", "nodeipaddr", "node",
+})
+
+
+def _is_host_name(name: str) -> bool:
+    parts = _name_parts(name)
+    if not parts:
+        return False
+    joined = "".join(parts[-2:])
+    return parts[-1] in _HOST_KEYS or joined in _HOST_KEYS or "".join(parts[-3:]) in _HOST_KEYS
+
+
+# Keys whose string values identify a person or a machine, wherever they appear in a report dict.
+IDENTITY_KEYS: dict[str, str] = {
+    "hostname": "host", "host": "host", "node": "host", "nodename": "host", "node_name": "host",
+    "user": "user", "username": "user", "login": "user", "owner": "user",
+    "uuid": "uuid", "gpu_uuid": "uuid", "serial": "serial", "serial_number": "serial",
+    "machine_id": "machine-id", "mac": "mac", "mac_address": "mac", "ip": "ip", "ip_address": "ip",
+    "email": "email",
+}
+
+# Values after a secret-like name that are not secrets: references, types, placeholders, flags.
+_NOT_SECRET_VALUE = re.compile(
+    r"(?:none|null|nil|true|false|yes|no|on|off|undefined|str|int|bytes|bool|float|optional|any"
+    r"|string|dict|list|required|redacted|\*+|x+|\.\.\.|-|\d{1,7})",
+    re.IGNORECASE,
 )
+_NOT_SECRET_START = ("<", "$", "%(", "{", "[", "os.environ", "os.getenv", "getenv(", "env.", "process.env", "--")
+
+# --- patterns -------------------------------------------------------------------------------------
+
+_PEM_MARKER = re.compile(r"-----(BEGIN|END) (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_SPLIT = re.compile(r"\\n|\\r|\s+")
+_PEM_LAST_LINE = re.compile(r"[A-Za-z0-9+/=]{1,128}")
+_PEM_BODY_LINE = re.compile(r"[A-Za-z0-9+/=]{40,128}")
+
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,30}://)([^\s/?#@'\"<>\\]{1,256})@")
+_GENERIC_URL_USERS = frozenset({"git", "anonymous", "ftp", "hg", "svn"})
+
+# Well-known token formats, each anchored on its literal prefix at the start of a run.
+_B = r"(?<![A-Za-z0-9_-])"
+_TOKEN_FORMATS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple((pre, re.compile(p)) for pre, p in (
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _B + r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,255}"),
+    (("github_pat_",), _B + r"github_pat_[A-Za-z0-9_]{22,255}"),
+    (("glpat-",), _B + r"glpat-[A-Za-z0-9_-]{20,255}"),
+    (("hf_",), _B + r"hf_(?=[A-Za-z0-9]{0,63}[A-Z])(?=[A-Za-z0-9]{0,63}[a-z])[A-Za-z0-9]{30,64}"),
+    (("sk-",), _B + r"sk-(?:proj-|ant-[a-z]{2,8}\d{2}-|svcacct-|admin-)?(?=[A-Za-z0-9_-]{0,199}[0-9])[A-Za-z0-9_-]{20,255}"),
+    (("sk_", "rk_"), _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,255}"),
+    (("xox",), _B + r"xox[abposre]-[A-Za-z0-9-]{10,255}"),
+    (("xapp-",), _B + r"xapp-\d-[A-Za-z0-9-]{10,255}"),
+    (("AIza",), _B + r"AIza[0-9A-Za-z_-]{35}"),
+    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+     _B + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    (("npm_",), _B + r"npm_[A-Za-z0-9]{36}"),
+    (("pypi-",), _B + r"pypi-AgE[A-Za-z0-9_-]{50,1024}"),
+    (("eyJ",), _B + r"eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}"),
+    (("dop_v1_",), _B + r"dop_v1_[a-f0-9]{64}"),
+    ((":AA",), r"(?<![\w.-])\d{8,10}:AA[A-Za-z0-9_-]{33}"),  # Telegram bot token
+))
+# Webhook URLs whose path is the secret: keep the service's host, hide the path.
+_WEBHOOK = re.compile(r"(hooks\.slack\.com/services/|discord(?:app)?\.com/api/webhooks/)([A-Za-z0-9/_-]{10,512})")
+# An AWS secret access key: 40 characters of base64 with upper, lower and digits (so that a 40-hex
+# git commit survives), not starting with "/" (so that a path survives).
+_AWS_SECRET = re.compile(
+    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+    r"[A-Za-z0-9+][A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"
+)
+_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(?:bearer|basic)[ \t]{1,4}(?=[A-Za-z0-9._~+/=-]{8})")
+_BEARER_VALUE = re.compile(r"[A-Za-z0-9._~+/=-]{8,4096}")
+
+# A secret-like word followed by a separator: the anchor; the key's full name is read backwards
+# from it and the value forwards, in Python.
+_KV_ANCHOR = re.compile(
+    r"(?i)(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?|cookie|sessionid|id"
+    r"|authorization|auth)(?=['\"]?\]?[ \t]{0,4}(?::=|=>|[:=]))"
+)
+_HOST_ANCHOR = re.compile(
+    r"(?i)(?:hostnames?|host|hosts|nodename|node_?list|node|addr|address|endpoint|server|peer|server_?name)"
+    r"(?=['\"]?\]?[ \t]{0,4}(?::=|[:=]))"
+)
+_KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_.-]{16,4096}")
+_KV_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "cookie", "session", "auth")
+_LOOSE_WORDS = ("token", "key", "secret", "passw", "credential")
+_HOST_WORDS = ("host", "node", "addr", "endpoint", "server", "peer")
+_INTERNAL_SUFFIXES = (".internal", ".local", ".lan", ".corp", ".intranet", ".localdomain", ".cluster", ".home.arpa")
+_SEP = re.compile(r"['\"]?\]?[ \t]{0,4}(?::=|=>|[:=])[ \t]{0,4}")
+_FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][A-Za-z0-9_-]{0,63})(=|[ \t]{1,4})")
+# "token 0123abcd..." without a separator: a long run with letters and digits right after the word.
+_LOOSE = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(?:token|key|secret|password|passwd|apikey|credential)s?['\"]?[ \t]{1,4}(?:is[ \t]{1,4})?['\"]?"
+    r"(?=[A-Za-z0-9+/_=-]{20})"
+)
+_LOOSE_VALUE = re.compile(r"[A-Za-z0-9+/_.=-]{20,4096}")
+_QUERY = re.compile(r"(?i)[?&](sig|signature|key|code|auth|x-amz-signature|x-goog-signature|x-goog-credential)=(?=[^&#\s'\"<>])")
+_NETRC = re.compile(r"(?<![\w-])login[ \t]{1,8}\S{1,256}[ \t]{1,8}password[ \t]{1,8}(?=\S)")
+_WANDB_LOGIN = re.compile(r"(?<![\w-])wandb[ \t]{1,4}login(?:[ \t]{1,4}--?[A-Za-z-]{1,20}){0,4}[ \t]{1,4}(?=[A-Za-z0-9_]{20})")
+_WORD_VALUE = re.compile(r"[A-Za-z0-9_]{20,256}")
+_BARE_VALUE = re.compile(r"[^\s'\"<>,;&(){}\[\]|`]{1,%d}" % _LIMIT)
+_LINE_VALUE = re.compile(r"[^\r\n]{1,%d}" % _LIMIT)
+_QUERY_VALUE = re.compile(r"[^&#\s'\"<>]{1,%d}" % _LIMIT)
+
+# Identity.
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])([A-Za-z0-9._%+-]{1,64})@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8})(?![A-Za-z0-9-])"
+)
+_USER_AT_HOST = re.compile(
+    r"(?<![\w.@%+-])([a-z_][a-z0-9_.-]{0,31})@([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
+    r"|<[a-z][a-z0-9-]{0,24}>)(?=[:\s$#\"']|\Z)"
+)
+_HOMES = re.compile(
+    r"(?:(?<![\w.~-])(/home/|/Users/|/var/home/|/export/home/|/mnt/[A-Za-z]/Users/)"
+    r"|(?<![A-Za-z])([A-Za-z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/)))"
+    r"([^/\\\s'\":*?|<>]{1,64})"
+)
+_GENERIC_HOME_NAMES = frozenset({"public", "shared", "default", "default user", "all users", "linuxbrew", "guest"})
+# Host names in a host context.
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}")
+_NODELIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.,\[\]-]{0,1023}")
+_BRACKET_HOST = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9.-]{0,252})\]:(?=\d{1,5}(?!\d))")
+_CONNECT_HOST = re.compile(
+    r"(?i)(?:connect(?:ed|ing)?|listen(?:ing)?|bind|bound|reach)[ \t]{1,4}(?:to|on)[ \t]{1,4}"
+    r"(?:any network address of[ \t]{1,4})?[(\[]?(?=[A-Za-z0-9])"
+)
+_NCCL_PREFIX = re.compile(r"(?m)^([A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,10}):(\d{1,10}) \[")
+_RDZV_URL = re.compile(r"(?i)(?<![A-Za-z0-9+.-])(?:tcp|env|c10d|etcd|etcd-v2|static)://(?=[A-Za-z0-9\[])")
+_INTERNAL_FQDN = re.compile(
+    r"(?<![A-Za-z0-9.-])([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,6})"
+    r"\.(?:internal|local|lan|corp|intranet|localdomain|cluster|home\.arpa)(?![A-Za-z0-9-])"
+)
+_AWS_HOSTNAME = re.compile(r"(?<![A-Za-z0-9-])ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?![0-9])")
+_PUBLIC_HOSTS = (
+    "github.com", "githubusercontent.com", "gitlab.com", "bitbucket.org", "huggingface.co", "hf.co",
+    "pypi.org", "pythonhosted.org", "pytorch.org", "nvidia.com", "anaconda.org", "anaconda.com",
+    "conda-forge.org", "python.org", "googleapis.com", "wandb.ai", "docker.io", "nvcr.io", "ngc.nvidia.com",
+)
+# Machine identifiers.
+_MACHINE_ID = re.compile(r"(?i)machine[-_ ]?id['\"]?[ \t]{0,4}[:=]?[ \t]{0,4}['\"]?(?=[0-9a-f]{32}(?![0-9a-f]))")
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
+_SERIAL = re.compile(
+    r"(?i)(?<![A-Za-z])serial(?:[ _-]?(?:number|no\.?|num))?['\"]?[ \t]{0,40}[:=][ \t]{0,4}['\"]?(?=[A-Za-z0-9-]{4})"
+)
+_SERIAL_VALUE = re.compile(r"[A-Za-z0-9-]{4,64}")
+_UUID = re.compile(
+    r"(?<![0-9A-Za-z])(?:(GPU|MIG)-)?([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})(?![0-9A-Za-z-])"
+)
+_MAC = re.compile(r"(?<![0-9A-Fa-f:.-])[0-9A-Fa-f]{2}([:-])(?:[0-9A-Fa-f]{2}\1){4,18}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:.-])")
+_IPV6 = re.compile(r"(?<![\w:.])(?=[0-9A-Fa-f:.]{0,45}:[0-9A-Fa-f.]{0,45}:)[0-9A-Fa-f:.]{2,45}(?![\w:])")
+_IPV4 = re.compile(r"(?<![\w.-])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d|[\w-])")
+_VERSION_WORDS = frozenset({"version", "ver", "v"})
+_VERSION_LIBS = re.compile(
+    r"(?:cuda|cudnn|cublas\w{0,4}|cufft|curand|cusolver|cusparse\w{0,4}|nccl|tensorrt|trt|nvjitlink|nvrtc"
+    r"|cupti|driver|nvidia[\w-]{0,40}|[\w-]{1,40}-cu\d{2,3})"
+)
+_COLUMN_BEFORE = re.compile(r"[ \t]*[A-Za-z0-9][\w.-]{0,80}[ \t]{2,40}\Z")
 
 # Names too common to be identifying, and which would mangle ordinary text if replaced.
-_GENERIC_NAMES = frozenset({"root", "user", "admin", "nobody", "ubuntu", "runner", "jovyan", "localhost", "vm"})
+_GENERIC_NAMES = frozenset({
+    "root", "user", "users", "admin", "nobody", "ubuntu", "runner", "jovyan", "localhost", "vm",
+    "debian", "centos", "fedora", "ec2-user", "vagrant", "docker", "guest", "default", "host",
+    "node", "server", "worker", "master", "secret", "token", "home", "data", "work", "test",
+    "train", "model", "cuda", "torch", "python", "gpu", "cpu", "dev", "build", "app", "code",
+    "none", "(none)", "linux", "desktop", "laptop", "machine", "instance", "container", "ip",
+    "mac", "uuid", "serial", "email", "redacted", "public", "shared", "git",
+})
+_NOT_HOST_WORDS = frozenset({
+    "true", "false", "none", "null", "already", "any", "all", "the", "a", "an", "it", "this", "that",
+    "port", "address", "server", "host", "peer", "device", "remote", "local", "network", "socket",
+    "store", "rendezvous", "endpoint", "interface", "cuda", "gpu", "unknown", "n/a", "localhost",
+})
+_KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::1", "::"})
+
+
+# --- the pseudonym table ----------------------------------------------------------------------------
+
+
+class _Pseudonyms:
+    def __init__(self) -> None:
+        self.labels: dict[tuple[str, str], str] = {}
+        self.counts: dict[str, int] = {}
+
+    def get(self, kind: str, value: str) -> str:
+        key = (kind, value)
+        label = self.labels.get(key)
+        if label is None:
+            n = self.counts.get(kind, 0) + 1
+            if n > _MAX_PSEUDONYMS:
+                return f"<{kind}>"
+            self.counts[kind] = n
+            label = self.labels[key] = f"<{kind}-{n}>"
+        return label
+
+    def set(self, kind: str, value: str, label: str) -> None:
+        self.labels[(kind, value)] = label
+
+
+_FOLDED: dict[re.Pattern[str], re.Pattern[str]] = {}
+
+
+def _folded(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """The case-sensitive twin of a `(?i)` pattern written in lower case: run on `text.lower()` it
+    finds the same matches about ten times faster (sre's case folding is slow on alternations)."""
+    twin = _FOLDED.get(pattern)
+    if twin is None:
+        twin = _FOLDED[pattern] = re.compile(pattern.pattern.replace("(?i)", "", 1))
+    return twin
+
+
+def _rewrite(text: str, anchor: re.Pattern[str], handler: Callable[[re.Match[str], str], tuple[int, int, str] | None]) -> str:
+    """Replace spans chosen by `handler(match, text) -> (start, end, replacement) | None` for each
+    anchor match, left to right, never overlapping: anchors inside a replaced span are skipped.
+    A case-insensitive anchor runs on the lowered text where lowering keeps every offset (ASCII);
+    the handler then sees the match's positions and lower-case groups."""
+    out: list[str] = []
+    pos = 0
+    matches = (
+        _folded(anchor).finditer(text.lower())
+        if anchor.flags & re.IGNORECASE and anchor.pattern.startswith("(?i)") and text.isascii()
+        else anchor.finditer(text)
+    )
+    for m in matches:
+        if m.start() < pos:
+            continue
+        hit = handler(m, text)
+        if hit is None:
+            continue
+        start, end, repl = hit
+        if start < pos:
+            continue
+        out.append(text[pos:start])
+        out.append(repl)
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _quoted_value(text: str, i: int) -> tuple[int, int] | None:
+    """(start, end) of the content of the quoted string opening at text[i], on one line, bounded."""
+    quote = text[i]
+    j = i + 1
+    stop = min(len(text), j + _LIMIT)
+    while j < stop:
+        k = text.find(quote, j, stop)
+        nl = text.find("\n", j, k if k >= 0 else stop)
+        if k < 0 or nl >= 0:
+            return None
+        backslashes = 0
+        while k - 1 - backslashes >= i + 1 and text[k - 1 - backslashes] == "\\":
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return (i + 1, k)
+        j = k + 1
+    return None
+
+
+def _value_span(text: str, i: int, *, line: bool = False) -> tuple[int, int] | None:
+    """The value that starts at text[i]: the inside of a quoted string, else a bare word (or the
+    rest of the line when `line`)."""
+    if i >= len(text):
+        return None
+    if text[i] in "'\"":
+        span = _quoted_value(text, i)
+        if span is not None:
+            return span if span[1] > span[0] else None
+        i += 1
+    m = (_LINE_VALUE if line else _BARE_VALUE).match(text, i)
+    return (m.start(), m.end()) if m else None
+
+
+def _plausible_secret(value: str) -> bool:
+    if not value.strip() or _NOT_SECRET_VALUE.fullmatch(value.strip()):
+        return False
+    return not value.startswith(_NOT_SECRET_START)
+
+
+def _any(text: str, words: Iterable[str]) -> bool:
+    return any(w in text for w in words)
+
+
+def _credential_like(value: str) -> bool:
+    """A bearer or basic credential, not an English word ("Bearer authentication")."""
+    upper = sum(c.isupper() for c in value)
+    return any(c.isdigit() or c in "._~+/=-" for c in value) or (upper >= 2 and upper < len(value))
+
+
+def _credential_shaped(value: str) -> bool:
+    """16+ characters of an API key's alphabet with letters and digits: not `shape=(1, 2)`."""
+    return len(value) >= 16 and bool(_KEY_ALPHABET.fullmatch(value)) and _has_letter_and_digit(value)
+
+
+def _has_letter_and_digit(value: str) -> bool:
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _name_before(text: str, end: int) -> str:
+    """The key name that ends at `end`: identifier characters, plus one word before a space
+    ("secret key", "API key")."""
+    start = end
+    floor = max(0, end - 96)
+    while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    name = text[start:end].lstrip(".-")
+    if start - 1 > floor and text[start - 1] == " ":
+        before = start - 1
+        while before > floor and text[before - 1].isalnum():
+            before -= 1
+        if before < start - 1:
+            name = text[before:start - 1] + "_" + name
+    return name
+
+
+def _version_before(before: str) -> bool:
+    """Whether the text before a dotted quad makes it a version: `==`, `>=`, `version: `, `cuDNN `,
+    `nvidia-cublas-cu12 `."""
+    if before.endswith(("==", ">=", "<=", "~=", "!=")):
+        return True
+    word_end = len(before.rstrip(" \t:="))
+    if not 1 <= len(before) - word_end <= 4:
+        return False
+    k = word_end
+    while k > 0 and (before[k - 1].isalnum() or before[k - 1] in "_-"):
+        k -= 1
+    word = before[k:word_end].lower()
+    return word in _VERSION_WORDS or bool(_VERSION_LIBS.fullmatch(word))
+
+
+def _pem_body_start(s: str, floor: int, end: int) -> int:
+    """Where the base64 lines that end at a private key's END marker begin (at most 200 lines):
+    the start of the earliest line, walking back from END, that still looks like key body."""
+    accepted = end
+    start = end
+    for n in range(200):
+        nl = s.rfind("\n", floor, start)
+        seg_start = nl + 1 if nl >= 0 else floor
+        seg = s[seg_start:start].strip()
+        if n > 0 or seg:  # the text before END on its own line may be empty
+            if not (_PEM_LAST_LINE if n <= 1 else _PEM_BODY_LINE).fullmatch(seg):
+                return accepted
+        accepted = seg_start
+        if nl < 0:
+            return accepted
+        start = nl
+    return accepted
+
+
+def _is_ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        return None
+
+
+def _is_netmask(ip: ipaddress.IPv4Address) -> bool:
+    n = int(ip)
+    return n != 0 and ((~n) & 0xFFFFFFFF) & (((~n) & 0xFFFFFFFF) + 1) == 0
+
+
+def _public_host(name: str) -> bool:
+    name = name.lower().rstrip(".")
+    return any(name == h or name.endswith("." + h) for h in _PUBLIC_HOSTS)
+
+
+# --- the redactor ------------------------------------------------------------------------------------
 
 
 class Redactor:
-    """Scrubs strings and report dicts. Built once per report with this machine's identity."""
+    """Scrubs strings, report dicts and output streams, with stable pseudonyms per instance.
 
-    def __init__(self, home: str | None = None, user: str | None = None, host: str | None = None) -> None:
-        self.home = (home if home is not None else _home()).rstrip("/")
-        user = user if user is not None else _user()
+    `home`, `user`, `host` and `machine_id` default to this machine's; `environ` (default
+    os.environ) supplies more user and host names (USER, LOGNAME, SUDO_USER, HOSTNAME,
+    SLURMD_NODENAME, MASTER_ADDR) and the values of secret-named variables, which are then
+    redacted wherever they appear verbatim."""
+
+    def __init__(
+        self,
+        home: str | None = None,
+        user: str | None = None,
+        host: str | None = None,
+        *,
+        machine_id: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        self.home = (home if home is not None else _home()).rstrip("/\\")
+        self._names = _Pseudonyms()
+        self._secrets: set[str] = set()
+        self._literals: dict[str, tuple[str, str]] = {}  # exact text -> (kind, label)
+        self._literal_re: re.Pattern[str] | None = None
+        self._secret_re: re.Pattern[str] | None = None
+        self._users: list[str] = []
+        self._found: list[tuple[str, str]] = []  # (kind, value) redacted by context, not yet literal
+        self._learned = 0
+        self._labels: set[str] = set()  # alias labels ("node-0"): never taken for a host again
+        self._user_res: list[tuple[str, re.Pattern[str]]] = []
+
+        users = [user if user is not None else _user()]
+        if environ is not os.environ or user is None:
+            users += [environ.get(v, "") for v in ("USER", "LOGNAME", "SUDO_USER", "USERNAME")]
+        if self.home not in ("", "/", "/root"):
+            users.append(re.split(r"[/\\]", self.home)[-1])
+        for name in users:
+            self._add_user(name)
+
         host = host if host is not None else _host()
-        self.names: list[tuple[re.Pattern[str], str]] = []
-        for value, label in ((user, "<user>"), (host, "<host>"), (host.split(".")[0] if host else "", "<host>")):
-            if value and len(value) >= 3 and value.lower() not in _GENERIC_NAMES:
-                self.names.append((re.compile(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", re.I), label))
+        for name in (host, environ.get("HOSTNAME", ""), environ.get("SLURMD_NODENAME", "")):
+            if name and name.lower() not in _GENERIC_NAMES:
+                self.alias("host", name, "<host>")
+        master = environ.get("MASTER_ADDR", "")
+        if master and not _is_ip(master) and master.lower() not in _GENERIC_NAMES:
+            self._host_label(master)
 
-    def text(self, value: str) -> str:
-        # $HOME first: /root or /data/alice are homes the generic /home/<user> rule cannot see.
-        if self.home and self.home not in ("/", "") and len(self.home) > 1:
-            value = re.sub(rf"{re.escape(self.home)}(?=/|\b|$)", "~", value)
-        for pattern, repl in _VALUE_PATTERNS:
-            value = pattern.sub(repl, value)
-        for pattern, label in self.names:
-            value = pattern.sub(label, value)
+        mid = machine_id if machine_id is not None else _machine_id()
+        if mid:
+            self.alias("machine-id", mid, "<machine-id>")
+        for name, value in environ.items():
+            if is_secret_name(name):
+                self.learn_secret(value)
+
+    # -- the identities this redactor knows ------------------------------------------------------
+
+    def alias(self, kind: str, value: str, label: str) -> str:
+        """Name a known identity: every occurrence of `value` (as a whole word) becomes `label`.
+        For a host, its first label is named too (gpu-node-7.corp.example.com and gpu-node-7).
+        The fleet merge calls `alias("host", hostname, "node-0")` for each node in rank order."""
+        value = value.strip()
+        if not value:
+            return label
+        self._labels.add(label)
+        self._names.set(kind, self._norm(kind, value), label)
+        variants = {value, value.lower()}
+        if kind == "host" and not _is_ip(value):
+            short = value.split(".")[0]
+            if len(short) >= 3 and short.lower() not in _GENERIC_NAMES:
+                variants |= {short, short.lower()}
+                self._names.set(kind, short.lower(), label)
+        for v in variants:
+            if len(v) >= 3:
+                self._literals[v] = (kind, label)
+        self._literal_re = None
+        return label
+
+    def learn_secret(self, value: str) -> None:
+        """Redact `value` wherever it appears verbatim (a password from the environment)."""
+        value = value.strip() if isinstance(value, str) else ""
+        if len(value) < _MIN_LEARNED or len(value) > 1024 or len(set(value)) < 4 or not _plausible_secret(value):
+            return
+        if value not in self._secrets and len(self._secrets) < 1000:
+            self._secrets.add(value)
+            self._secret_re = None
+
+    def pseudonym(self, kind: str, value: str) -> str:
+        """The placeholder of `value` of `kind` (secret, host, ip, mac, user, email, uuid, serial,
+        machine-id), the same one for the same value throughout this redactor's life."""
+        if kind == "host":
+            return self._host_label(value)
+        if kind == "ip" and _is_ip(value.strip()):
+            return self._ip_label(_is_ip(value.strip()), value.strip())  # type: ignore[arg-type]
+        label = self._names.get(kind, self._norm(kind, value))
+        if kind in _LEARNED_KINDS and len(value) >= _MIN_LEARNED and value not in self._secrets and value not in self._literals:
+            self._found.append((kind, value))
+        return label
+
+    @staticmethod
+    def _norm(kind: str, value: str) -> str:
+        if kind in ("host", "mac", "uuid", "machine-id", "email"):
+            return value.lower().rstrip(".").replace("-", ":") if kind == "mac" else value.lower().rstrip(".")
+        if kind == "ip":
+            ip = _is_ip(value)
+            return ip.compressed if ip else value
         return value
 
+    def _host_label(self, name: str) -> str:
+        if name in self._labels:
+            return name
+        ip = _is_ip(name)
+        if ip is not None:
+            return self._ip_label(ip, name)
+        norm = name.lower().rstrip(".")
+        short = norm.split(".")[0]
+        found = self._names.labels.get(("host", norm)) or self._names.labels.get(("host", short))
+        if found:
+            return found
+        label = self._names.get("host", norm)
+        if short != norm and len(short) >= 3:
+            self._names.set("host", short, label)
+        if re.search(r"[\d.-]", name) and len(name) >= 4:  # not a word like "cache"
+            self._found.append(("host", name))
+        return label
+
+    def _ip_label(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, original: str) -> str:
+        if ip.is_loopback or ip.is_unspecified or original in _KEEP_IPS:
+            return original
+        if isinstance(ip, ipaddress.IPv4Address) and _is_netmask(ip):
+            return original
+        return self._names.get("ip", ip.compressed)
+
+    def _add_user(self, name: str) -> None:
+        name = (name or "").strip()
+        if len(name) < 3 or name.lower() in _GENERIC_NAMES or name in self._users or not re.fullmatch(r"[\w.@-]{3,64}", name):
+            return
+        self._users.append(name)
+        self._names.set("user", name, "<user>")
+        e = re.escape(name)
+        # As a path component always; as a word anywhere when it cannot be an ordinary word.
+        self._user_res.append((name, re.compile(rf"(?<=[/\\]){e}(?=[/\\]|(?![\w.-])|\Z)")))
+        if len(name) >= 4:
+            self._user_res.append((name, re.compile(rf"(?<![A-Za-z0-9]){e}(?![A-Za-z0-9])")))
+
+    # -- strings -----------------------------------------------------------------------------------
+
+    def text(self, value: str, *, versions: bool = False) -> str:
+        """`value` with every form in the module docstring replaced. `versions=True` (a value
+        under a version key) keeps dotted quads, which are versions there, not addresses."""
+        if not value:
+            return value
+        s = self._home(value)
+        # Each pass runs only when its keywords occur: a plain log line costs a few substring
+        # searches, not thirty regex scans. `low` may hold words the passes have since removed
+        # (an extra pass, never a missed one).
+        low = s.lower()
+        s = self._pem(s)
+        s = self._known(s)
+        s = self._secrets_by_form(s)
+        s = self._secrets_by_name(s, low)
+        s = self._identity(s, low)
+        s = self._machines(s, low, versions=versions)
+        if self._learn_found():
+            s = self._known(s)  # the same values where they appeared without their context
+        return s
+
+    def _learn_found(self) -> bool:
+        """Make the values redacted by context literal secrets; True when there were any."""
+        if not self._found:
+            return False
+        found, self._found = self._found, []
+        self._learned += len(found)
+        for kind, value in found:
+            if kind == "secret":
+                self.learn_secret(value)
+            elif kind == "host":
+                if value not in self._literals:
+                    self.alias("host", value, self._host_label(value))
+            else:
+                self.alias(kind, value, self._names.get(kind, self._norm(kind, value)))
+        return True
+
+    def _pem(self, s: str) -> str:
+        if "PRIVATE KEY-----" not in s:
+            return s
+        out: list[str] = []
+        pos = 0
+        begin_at: int | None = None
+        for m in _PEM_MARKER.finditer(s):
+            if m.group(1) == "BEGIN":
+                if begin_at is None:
+                    begin_at = m.start()
+            elif begin_at is not None:
+                out += [s[pos:begin_at], self._key_block(s[begin_at:m.end()])]
+                pos, begin_at = m.end(), None
+            else:
+                # The text starts inside a key (a cut log): hide the body lines before END.
+                start = _pem_body_start(s, pos, m.start())
+                out += [s[pos:start], self._key_block(s[start:m.end()])]
+                pos = m.end()
+        if begin_at is not None:  # no END: hide everything after BEGIN
+            out += [s[pos:begin_at], self._key_block(s[begin_at:])]
+            pos = len(s)
+        out.append(s[pos:])
+        return "".join(out)
+
+    def _key_block(self, block: str) -> str:
+        """The placeholder of a private key block; its body lines are learned as secrets with the
+        same placeholder, so that a line of it shown on its own (a log split into evidence lines)
+        is hidden too."""
+        label = self.pseudonym("private-key", block)
+        for line in _PEM_SPLIT.split(_PEM_MARKER.sub("\n", block)):
+            line = line.strip()
+            if len(line) >= 16 and line not in self._secrets:
+                self._names.set("secret", line, label)
+                self._found.append(("secret", line))
+        return label
+
+    def _known(self, s: str) -> str:
+        if self._secrets and (len(self._secrets) > 64 or any(v in s for v in self._secrets)):
+            if self._secret_re is None:
+                self._secret_re = re.compile("|".join(re.escape(v) for v in sorted(self._secrets, key=len, reverse=True)))
+            s = self._secret_re.sub(lambda m: self.pseudonym("secret", m.group()), s)
+        if self._literals and (len(self._literals) > 64 or any(v in s for v in self._literals)):
+            if self._literal_re is None:
+                alts = "|".join(re.escape(v) for v in sorted(self._literals, key=len, reverse=True))
+                self._literal_re = re.compile(rf"(?<![A-Za-z0-9_-])(?:{alts})(?![A-Za-z0-9_-])")
+            s = self._literal_re.sub(lambda m: self._literals[m.group()][1], s)
+        for name, pattern in self._user_res:
+            if name in s:
+                s = pattern.sub("<user>", s)
+        return s
+
+    def _secrets_by_form(self, s: str) -> str:
+        if "://" in s:
+            def userinfo(m: re.Match[str]) -> str:
+                info = m.group(2)
+                if info.startswith("<") or (":" not in info and info.lower() in _GENERIC_URL_USERS):
+                    return m.group()
+                return m.group(1) + self.pseudonym("secret", info) + "@"
+            s = _URL_USERINFO.sub(userinfo, s)
+        for prefixes, pattern in _TOKEN_FORMATS:
+            if any(p in s for p in prefixes):
+                s = pattern.sub(lambda m: self.pseudonym("secret", m.group()), s)
+        if "hooks" in s:
+            s = _WEBHOOK.sub(lambda m: m.group(1) + self.pseudonym("secret", m.group(2)), s)
+        s = _AWS_SECRET.sub(lambda m: self.pseudonym("secret", m.group()), s)
+        return s
+
+    def _mask_from(
+        self, text: str, i: int, *, line: bool = False, pattern: re.Pattern[str] | None = None,
+        check: Callable[[str], bool] | None = None,
+    ) -> tuple[int, int, str] | None:
+        if pattern is not None:
+            m = pattern.match(text, i)
+            span = (m.start(), m.end()) if m else None
+        else:
+            span = _value_span(text, i, line=line)
+        if span is None:
+            return None
+        value = text[span[0]:span[1]]
+        if not _plausible_secret(value) or (check is not None and not check(value)):
+            return None
+        return (span[0], span[1], self.pseudonym("secret", value))
+
+    def _secrets_by_name(self, s: str, low: str) -> str:
+        def key_value(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+            name = _name_before(text, m.end())
+            sep = _SEP.match(text, m.end())
+            i = sep.end() if sep else m.end()
+            if not is_secret_name(name):
+                # A bare `key=` (wandb.login(key=...)) holds a secret when its value looks like one.
+                if _name_parts(name)[-1:] == ["key"]:
+                    return self._mask_from(text, i, check=_credential_shaped)
+                return None
+            word = m.group().lower()
+            if word == "authorization":
+                scheme = re.compile(r"(?i)(?:bearer|basic|token|digest|negotiate|apikey|aws4-hmac-sha256)[ \t]{1,4}").match(text, i)
+                if scheme:
+                    i = scheme.end()
+            return self._mask_from(text, i, line=word == "cookie", check=lambda v: v.lower() != name.lower())
+
+        def flag(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+            if not is_secret_name(m.group(1)):
+                return None
+            return self._mask_from(text, m.end(), check=lambda v: v.lower().replace("-", "_") != m.group(1).lower().replace("-", "_"))
+
+        def after(
+            pattern: re.Pattern[str] | None = None, check: Callable[[str], bool] | None = None
+        ) -> Callable[[re.Match[str], str], tuple[int, int, str] | None]:
+            return lambda m, text: self._mask_from(text, m.end(), pattern=pattern, check=check)
+
+        if _any(low, _KV_WORDS):
+            s = _rewrite(s, _KV_ANCHOR, key_value)
+        if "--" in s or " -" in s:
+            s = _rewrite(s, _FLAG, flag)
+        if "bearer" in low or "basic" in low:
+            s = _rewrite(s, _BEARER, after(_BEARER_VALUE, _credential_like))
+        if _any(low, _LOOSE_WORDS):
+            s = _rewrite(s, _LOOSE, after(_LOOSE_VALUE, _has_letter_and_digit))
+        if "=" in s and ("?" in s or "&" in s):
+            s = _rewrite(s, _QUERY, after(_QUERY_VALUE))
+        if "login" in low:
+            s = _rewrite(s, _NETRC, after())
+            s = _rewrite(s, _WANDB_LOGIN, after(_WORD_VALUE))
+        return s
+
+    def _home(self, s: str) -> str:
+        if self.home and len(self.home) > 1 and self.home in s:
+            s = re.sub(rf"{re.escape(self.home)}(?=[/\\]|(?![\w.-]))", "~", s)
+        return s
+
+    def _identity(self, s: str, low: str) -> str:
+        if _any(low, ("/home/", "/users/", "\\users\\", ":/users/")):
+            s = _HOMES.sub(self._home_sub, s)
+        if "@" in s:
+            s = _EMAIL.sub(self._email, s)
+            s = _USER_AT_HOST.sub(self._user_at_host, s)
+        return s
+
+    def _home_sub(self, m: re.Match[str]) -> str:
+        prefix = m.group(1) or m.group(2)
+        name = m.group(3)
+        if name.startswith("<") or name.lower() in _GENERIC_HOME_NAMES:
+            return m.group()
+        return prefix + self.pseudonym("user", name)
+
+    def _user_at_host(self, m: re.Match[str]) -> str:
+        user, host = m.group(1), m.group(2)
+        if _public_host(host) or not re.search(r"[A-Za-z]", host) and not _is_ip(host):
+            return m.group()
+        user_label = user if user.lower() in _GENERIC_NAMES else self.pseudonym("user", user)
+        return f"{user_label}@{host if host.startswith('<') else self._host_label(host)}"
+
+    def _email(self, m: re.Match[str]) -> str:
+        local, domain = m.group(1), m.group(2)
+        tld = domain.rsplit(".", 1)[-1]
+        if not tld.isalpha() or len(tld) < 2 or local.lower() in _GENERIC_URL_USERS:
+            return m.group()
+        return self.pseudonym("email", m.group())
+
+    def _host_value(self, text: str, i: int, *, nodelist: bool = False, prose: bool = False) -> tuple[int, int, str] | None:
+        if i < len(text) and text[i] in "'\"[(":
+            i += 1
+        m = (_NODELIST if nodelist else _HOSTNAME).match(text, i)
+        if not m:
+            return None
+        name = m.group().rstrip(".")
+        end = m.start() + len(name)
+        if nodelist:
+            return (m.start(), end, self._host_label(name)) if re.search(r"[A-Za-z]", name) else None
+        if _is_ip(name):
+            return (m.start(), end, self._ip_label(_is_ip(name), name))  # type: ignore[arg-type]
+        if (
+            not re.search(r"[A-Za-z]", name)
+            or name.lower().startswith("0x")
+            or name.lower() in _GENERIC_NAMES
+            or name.lower() in _NOT_HOST_WORDS
+            or (prose and not re.search(r"[\d.-]", name))  # "connect to gpunode" reads as English
+            or _public_host(name)
+        ):
+            return None
+        return (m.start(), end, self._host_label(name))
+
+    def _machines(self, s: str, low: str, *, versions: bool) -> str:
+        def host_kv(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+            name = _name_before(text, m.end())
+            if not _is_host_name(name):
+                return None
+            sep = _SEP.match(text, m.end())
+            return self._host_value(text, sep.end() if sep else m.end(), nodelist="list" in name.lower())
+
+        def host_flag(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+            if not _is_host_name(m.group(1)):
+                return None
+            return self._host_value(text, m.end())
+
+        if _any(low, _HOST_WORDS):
+            s = _rewrite(s, _HOST_ANCHOR, host_kv)
+        if "--" in s or " -" in s:
+            s = _rewrite(s, _FLAG, host_flag)
+        if "]:" in s:
+            s = _BRACKET_HOST.sub(lambda m: f"[{self._host_or_keep(m.group(1))}]:", s)
+        if _any(low, ("connect", "listen", "bind", "bound", "reach")):
+            s = _rewrite(s, _CONNECT_HOST, lambda m, text: self._host_value(text, m.end(), prose=True))
+        if "://" in s:
+            s = _rewrite(s, _RDZV_URL, lambda m, text: self._host_value(text, m.end()))
+        if "NCCL" in s:
+            s = _NCCL_PREFIX.sub(lambda m: self._host_or_keep(m.group(1)) + m.group()[len(m.group(1)):], s)
+        if _any(low, _INTERNAL_SUFFIXES):
+            s = _INTERNAL_FQDN.sub(self._internal_fqdn, s)
+        if "ip-" in s:
+            s = _AWS_HOSTNAME.sub(lambda m: self._host_label(m.group()), s)
+        if "machine" in low:
+            s = _rewrite(s, _MACHINE_ID, lambda m, text: self._mask_kind(text, m.end(), _HEX32, "machine-id"))
+        if "serial" in low:
+            s = _rewrite(s, _SERIAL, lambda m, text: self._mask_kind(text, m.end(), _SERIAL_VALUE, "serial"))
+        s = _UUID.sub(self._uuid, s)
+        if ":" in s or "-" in s:
+            s = _MAC.sub(self._mac, s)
+        if ":" in s:
+            s = _IPV6.sub(self._ipv6, s)
+        if not versions and "." in s:
+            s = _IPV4.sub(self._ipv4, s)
+        return s
+
+    def _host_or_keep(self, name: str) -> str:
+        hit = self._host_value(name, 0)
+        return hit[2] + name[hit[1]:] if hit and hit[0] == 0 else name
+
+    def _mask_kind(self, text: str, i: int, pattern: re.Pattern[str], kind: str) -> tuple[int, int, str] | None:
+        m = pattern.match(text, i)
+        if not m or m.group().upper() in ("N/A", "NONE", "UNKNOWN"):
+            return None
+        return (m.start(), m.end(), self.pseudonym(kind, m.group()))
+
+    def _internal_fqdn(self, m: re.Match[str]) -> str:
+        # "threading.local" is Python; "gpu-node-3.local" and "a.b.svc.cluster.local" are hosts.
+        if m.group().endswith(".local") and "." not in m.group(1) and not re.search(r"[\d-]", m.group(1)):
+            return m.group()
+        return self._host_label(m.group())
+
+    def _uuid(self, m: re.Match[str]) -> str:
+        label = self.pseudonym("uuid", m.group(2))
+        return f"{m.group(1)}-{label}" if m.group(1) else label
+
+    def _mac(self, m: re.Match[str]) -> str:
+        if not m.group().strip("0:-"):
+            return m.group()  # all zeros: "no address", which is diagnostic
+        return self.pseudonym("mac", m.group())
+
+    def _ipv6(self, m: re.Match[str]) -> str:
+        text = m.group()
+        stripped = text.rstrip(".")
+        colons = stripped.count(":")
+        if "::" not in stripped and colons < 6:
+            return text  # 10:20:30, a time; an address has eight groups or a "::"
+        ip = _is_ip(stripped)
+        if not isinstance(ip, ipaddress.IPv6Address):
+            return text
+        # "::2" in a slice or "10::100" is not an address anyone would redact.
+        if stripped.count(":") < 3 and not re.search(r"[A-Fa-f]", stripped):
+            return text
+        return self._ip_label(ip, stripped) + text[len(stripped):]
+
+    def _ipv4(self, m: re.Match[str]) -> str:
+        ip = _is_ip(m.group())
+        if ip is None:
+            return m.group()
+        s, start = m.string, m.start()
+        if _version_before(s[max(0, start - 48):start]):
+            return m.group()
+        nl = s.rfind("\n", max(0, start - 128), start)
+        if (nl >= 0 or start <= 128) and _COLUMN_BEFORE.match(s, nl + 1, start):
+            return m.group()  # a "name   1.2.3.4" column of pip list or conda list
+        return self._ip_label(ip, m.group())
+
+    # -- structures --------------------------------------------------------------------------------
+
     def value(self, value: Any, key: str | None = None) -> Any:
-        if key is not None and _ENV_NAME_RE.match(key) and SECRET_NAME_RE.search(key):
-            return MASK
+        """A redacted copy of a JSON-like value; `key` is the dict key it was found under."""
+        if key is not None and is_secret_name(key) and value not in (None, True, False, ""):
+            if isinstance(value, (dict, list, tuple)):
+                return self._mask_leaves(value)
+            return self.pseudonym("secret", str(value))
+        kind = IDENTITY_KEYS.get(key.lower()) if key is not None else None
+        if kind is not None and isinstance(value, str) and value.strip():
+            if kind == "uuid" and _UUID.search(value):
+                return self.text(value)  # GPU-<uuid-1>, the same as in the text around it
+            return self.pseudonym(kind, value)
         if isinstance(value, str):
-            return self.text(value)
+            return self.text(value, versions=key is not None and "version" in key.lower())
         if isinstance(value, dict):
-            return {
-                self.text(str(k)): self.value(v, str(k))
-                for k, v in value.items()
-                if str(k).lower() not in IDENTITY_KEYS
-            }
+            return {self.text(str(k)): self.value(v, str(k)) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
         return value
+
+    def _mask_leaves(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {self.text(str(k)): self._mask_leaves(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._mask_leaves(v) for v in value]
+        return value if value in (None, True, False, "") else self.pseudonym("secret", str(value))
+
+    def learn(self, value: Any, key: str | None = None) -> None:
+        """Walk a JSON-like value and learn the secrets held under secret-named keys, so that the
+        same values are redacted wherever else they appear."""
+        if key is not None and is_secret_name(key) and isinstance(value, str):
+            self.learn_secret(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.learn(v, str(k))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self.learn(v)
+
+    def report(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A redacted deep copy of a report dict; see `redact_report`."""
+        out = copy.deepcopy(data)
+        env = out.get("environment")
+        if isinstance(env, dict) and isinstance(env.get("env_vars"), dict):
+            # Filter by the allow-list first: a report built elsewhere may carry more variables.
+            env["env_vars"] = {k: v for k, v in env["env_vars"].items() if allowed_env_name(k)}
+        self.learn(data)
+        self._learn_found()
+        learned = self._learned
+        first = self.value(out)
+        self._learn_found()
+        # A value redacted by its context in one string may appear bare in a string walked before
+        # (or in a piece of it: an evidence line, an argv word): walk again with what was learned.
+        # The pseudonyms are the same the second time.
+        out = self.value(out) if self._learned != learned else first
+        if "redacted" in out:
+            out["redacted"] = True
+        return out
+
+    # -- streams -----------------------------------------------------------------------------------
+
+    def stream(self, max_line: int = 1 << 20) -> "StreamRedactor":
+        """A line-by-line redactor for a program's output that shares this redactor's names."""
+        return StreamRedactor(self, max_line)
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """Redacted text for an iterable of text pieces (lines or arbitrary chunks)."""
+        stream = self.stream()
+        for piece in lines:
+            out = stream.feed(piece)
+            if out:
+                yield out
+        rest = stream.flush()
+        if rest:
+            yield rest
+
+
+_LINE_END = re.compile(r"\r\n|\n|\r")
+_TRAILING_END = re.compile(r"(?:\r\n|\n|\r)\Z")
+_NEXT_WORD = re.compile(r"\s{0,64}['\"]?([^\s'\",;]{1,%d})" % _LIMIT)
+_CUT_AT = re.compile(r"[\s,;}\])>]")
+_PENDING = re.compile(
+    r"(?i)(?:(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?|cookie|auth|authorization|signature)"
+    r"['\"]?\]?[ \t]{0,4}(?::=|=>|[:=])?|bearer|basic|--?[A-Za-z0-9_-]{0,40}(?:token|key|password|passwd|secret))"
+    r"[ \t]{0,4}['\"]?\s*\Z"
+)
+
+
+class StreamRedactor:
+    """Redacts text that arrives in pieces (a child's stdout) line by line, in bounded memory.
+
+    `feed(text)` returns the redacted complete lines it could finish (lines end in "\\n" or
+    "\\r": a progress bar's redraws are lines too); the complete lines of one call are redacted
+    together, so feeding 64 KB reads costs about what `Redactor.text` costs on them. `flush()`
+    returns the rest. Memory is bounded by `max_line`: a longer line is cut at a separator (a
+    space, a comma, a bracket), and a cut right after a secret-like name masks the word that
+    follows the cut. A private key block is one placeholder from its BEGIN line to its END line,
+    whichever calls they come in; trailing lines that could be the body of a key (at most
+    `HELD_LINES`) are held back until the next call shows whether an END follows, so a stream
+    that starts inside a key does not leak the key either."""
+
+    HELD_LINES = 200
+
+    def __init__(self, redactor: Redactor, max_line: int = 1 << 20) -> None:
+        self.redactor = redactor
+        self.max_line = max(max_line, 256)
+        self._parts: list[str] = []
+        self._size = 0
+        self._in_key = False
+        self._mask_next = False
+        self._held: list[str] = []
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        batch: list[str] = []
+        pos = 0
+        for m in _LINE_END.finditer(text):
+            self._parts.append(text[pos:m.start()])
+            line = "".join(self._parts)
+            self._parts, self._size = [], 0
+            if len(line) > self.max_line:
+                self._batch(batch, out)
+                batch = []
+                line = self._emit_long(line, out)
+            batch.append(line + m.group())
+            pos = m.end()
+        self._batch(batch, out)
+        rest = text[pos:]
+        if rest:
+            self._parts.append(rest)
+            self._size += len(rest)
+            if self._size > self.max_line:
+                line = self._emit_long("".join(self._parts), out)
+                self._parts, self._size = [line], len(line)
+        return "".join(out)
+
+    def flush(self) -> str:
+        out: list[str] = []
+        rest = "".join(self._parts)
+        self._parts, self._size = [], 0
+        self._batch([self._emit_long(rest, out)] if rest else [], out, final=True)
+        return "".join(out)
+
+    def _emit_long(self, line: str, out: list[str]) -> str:
+        """Emit the leading pieces of a line longer than max_line; return what is left."""
+        while len(line) > self.max_line:
+            window = line[: self.max_line]
+            cut = self.max_line
+            for m in _CUT_AT.finditer(window, self.max_line // 2):
+                cut = m.end()
+            head, line = line[:cut], line[cut:]
+            pending = bool(_PENDING.search(head[-160:]))
+            self._batch([head], out, hold=False)
+            self._mask_next = pending
+        return line
+
+    def _batch(self, lines: list[str], out: list[str], *, final: bool = False, hold: bool = True) -> None:
+        if self._in_key:
+            for i, line in enumerate(lines):
+                m = _PEM_END.search(line)
+                if m is not None:
+                    self._in_key = False
+                    rest = line[m.end():]
+                    lines = ([rest] if rest.strip() else []) + lines[i + 1:]
+                    break
+            else:
+                return  # all of it is the body of a private key
+        lines = self._held + lines
+        self._held = []
+        if hold and not final:
+            k = len(lines)
+            while k > 0 and len(lines) - k < self.HELD_LINES and _PEM_LAST_LINE.fullmatch(lines[k - 1].strip() or "-"):
+                k -= 1
+            lines, self._held = lines[:k], lines[k:]
+        chunk = "".join(lines)
+        if not chunk:
+            return
+        last = None
+        for m in _PEM_MARKER.finditer(chunk):
+            last = m.group(1)
+        redacted = self._redact(chunk)
+        if last == "BEGIN":
+            # The key goes on in the next lines: they are dropped through its END.
+            self._in_key = True
+            ending = _TRAILING_END.search(chunk)
+            redacted += ending.group() if ending else ""
+        out.append(redacted)
+
+    def _redact(self, text: str) -> str:
+        if self._mask_next:
+            self._mask_next = False
+            m = _NEXT_WORD.match(text)
+            if m and m.group(1) and not m.group(1).startswith("<"):
+                text = text[:m.start(1)] + self.redactor.pseudonym("secret", m.group(1)) + text[m.end(1):]
+        return self.redactor.text(text)
 
 
 def _home() -> str:
@@ -129,24 +1143,28 @@ def _host() -> str:
         return ""
 
 
+def _machine_id() -> str:
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                value = f.read(64).strip()
+        except OSError:
+            continue
+        if re.fullmatch(r"[0-9a-fA-F]{32}", value):
+            return value
+    return ""
+
+
 def redact_report(data: dict[str, Any], redactor: Redactor | None = None) -> dict[str, Any]:
-    """A scrubbed deep copy of a report dict (see the module docstring); marks it `redacted`."""
-    redactor = redactor or Redactor()
-    out = copy.deepcopy(data)
-    env = out.get("environment")
-    if isinstance(env, dict):
-        # Filter by the allow-list first: a report built elsewhere may carry more variables.
-        for section in ("env_vars",):
-            if isinstance(env.get(section), dict):
-                env[section] = {k: v for k, v in env[section].items() if allowed_env_name(k)}
-    out = redactor.value(out)
-    if "redacted" in out:
-        out["redacted"] = True
-    return out
+    """A scrubbed deep copy of a report dict (see the module docstring); marks it `redacted`.
+    Environment variables outside the allow-list are dropped; values under secret-named keys
+    become `<secret-N>`; identity keys (hostname, user, uuid, serial, mac, ip) become their kind's
+    pseudonym; every string is scrubbed with `Redactor.text`."""
+    return (redactor or Redactor()).report(data)
 
 
-def redact(report: Any) -> Any:
+def redact(report: Any, redactor: Redactor | None = None) -> Any:
     """`redact_report` for a `Report` object: returns a new, redacted `Report`."""
     from gpudoctor.reports.model import report_from_dict
 
-    return report_from_dict(redact_report(report.to_dict()))
+    return report_from_dict(redact_report(report.to_dict(), redactor))

@@ -16,7 +16,10 @@ What is simulated, and only that:
   GEMM-family op allocates cuBLAS's per-handle workspace (32 MiB on sm_90, as
   CublasHandlePool.cpp sizes it), which is never freed;
 - the sync debug mode: with `set_sync_debug_mode("warn")`, a host read of a device tensor warns
-  "called a synchronizing CUDA operation", as torch's TORCH_WARN does.
+  "called a synchronizing CUDA operation", as torch's TORCH_WARN does;
+- device-side asserts: an out-of-range index into a device tensor does not raise at the call (the
+  kernel is asynchronous); it poisons the context with "device-side assert triggered", which the
+  next synchronize or host read reports.
 
 The kernels themselves are torch's CPU kernels: numbers are real. Nothing of the probes' own logic
 is replaced.
@@ -146,7 +149,14 @@ class SimTensor(torch.Tensor):
             a, b = args[0], args[1]
             out = torch.zeros(*a.shape[:-1], b.shape[-1], dtype=a.dtype).as_subclass(SimTensor)
             return _flag(out, True)
-        out = super().__torch_function__(func, types_, args, kwargs)
+        try:
+            out = super().__torch_function__(func, types_, args, kwargs)
+        except IndexError:
+            if state is None or not on_device:
+                raise
+            # CUDA_KERNEL_ASSERT in the indexing kernel: reported later, and sticky.
+            state.poison(sticky_text("device-side assert triggered", "cudaErrorAssert"))
+            return _flag(torch.zeros(0).as_subclass(SimTensor), True)
         if state is not None and on_device:
             if name in _GEMMS and not state.workspace:
                 state.workspace = WORKSPACE_BYTES

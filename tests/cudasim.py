@@ -59,7 +59,7 @@ class SimState:
     poisoned: str | None = None
     sync_debug: int = 0
     elapsed_ms: float = 1.0  # what every Event.elapsed_time answers
-    fast_gemm: bool = False  # GEMMs return zeros of the right shape (timing-only tests)
+    fast_gemm: bool = False  # large GEMMs (>= 1M elements an operand) return zeros: timing-only tests
     workspace: int = 0
     window: int = 0
     peak: int = 0
@@ -145,7 +145,8 @@ class SimTensor(torch.Tensor):
             if state.sync_debug:
                 warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=2)
             state.fault()
-        if state is not None and on_device and name in _GEMMS and state.fast_gemm and name != "_scaled_mm":
+        if (state is not None and on_device and name in _GEMMS and state.fast_gemm and name != "_scaled_mm"
+                and args[0].numel() >= 1 << 20):
             a, b = args[0], args[1]
             out = torch.zeros(*a.shape[:-1], b.shape[-1], dtype=a.dtype).as_subclass(SimTensor)
             return _flag(out, True)

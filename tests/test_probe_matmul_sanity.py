@@ -193,7 +193,8 @@ def test_cuda_accuracy_and_peak():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: torch.cuda.is_available() is False")
     out = _run("cuda:0")
-    assert out.status in (Status.PASS, Status.WARN), out.summary
+    # The audit's H100 verdict: pass (bf16/fp16 at 60-75 % of nominal, TF32 at 60-80 %).
+    assert out.status is Status.PASS, out.summary
     modes = {c["mode"] for c in out.details["accuracy"]}
     assert "tf32" in modes
     assert all(m.get("tflops", 1) > 0 for m in out.details["throughput"]["measured"])

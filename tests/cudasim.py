@@ -9,9 +9,8 @@ What is simulated, and only that:
   guard, capability and properties, synchronize, empty_cache, events, streams, the caching
   allocator's counters, the sync debug mode;
 - a sticky error (`SimState.poison`): after it, `synchronize`, `empty_cache` and every host read
-  of a device tensor (`.item()`, `bool()`, `.cpu()`...) raise `torch.AcceleratorError` with the
-  text a real poisoned context gives, as torch 2.11 does after a device-side assert or a
-  misaligned address;
+  of a device tensor (`.item()`, `bool()`, `.cpu()`...) raise the text a real poisoned context
+  gives, as `torch.AcceleratorError` (torch 2.8 and later) or `RuntimeError` (before);
 - the allocator's counters: every op's output adds its bytes to the live window, and the first
   GEMM-family op allocates cuBLAS's per-handle workspace (32 MiB on sm_90, as
   CublasHandlePool.cpp sizes it), which is never freed;
@@ -33,6 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+# torch 2.8 and later raise CUDA errors as torch.AcceleratorError (a RuntimeError); older, RuntimeError.
+CudaError = getattr(torch, "AcceleratorError", RuntimeError)
+ERROR_NAME = CudaError.__name__
 
 WORKSPACE_BYTES = 4096 * 8 * 1024  # cuBLAS workspace on sm_90 (CublasHandlePool.cpp)
 _GEMMS = {"bmm", "baddbmm", "matmul", "mm", "addmm", "__matmul__", "__rmatmul__", "linear",
@@ -70,7 +73,7 @@ class SimState:
 
     def fault(self) -> None:
         if self.poisoned:
-            raise torch.AcceleratorError(self.poisoned)
+            raise CudaError(self.poisoned)
 
     def allocated(self) -> int:
         return self.workspace

@@ -284,16 +284,38 @@ def test_free_survives_a_poisoned_context():
 
 
 def test_without_sdpa_kernel_the_legacy_flags_force_one_backend(monkeypatch):
-    # torch.nn.attention.sdpa_kernel is 2.3+; the deprecated flags context is the fallback.
+    # torch.nn.attention.sdpa_kernel is 2.3+; before it, torch.backends.cuda.sdp_kernel set the
+    # global flags itself (torch 2.2's signature, below). Today's sdp_kernel wraps sdpa_kernel, so
+    # the old one is stood in for.
+    import contextlib
+
     import torch.nn.attention as attention
 
+    cuda = torch.backends.cuda
+    names = {"enable_flash": "flash", "enable_math": "math", "enable_mem_efficient": "mem_efficient"}
+
+    @contextlib.contextmanager
+    def sdp_kernel(enable_flash=True, enable_math=True, enable_mem_efficient=True):
+        wanted = {"enable_flash": enable_flash, "enable_math": enable_math,
+                  "enable_mem_efficient": enable_mem_efficient}
+        before = {k: getattr(cuda, f"{v}_sdp_enabled")() for k, v in names.items()}
+        for k, v in names.items():
+            getattr(cuda, f"enable_{v}_sdp")(wanted[k])
+        try:
+            yield
+        finally:
+            for k, v in names.items():
+                getattr(cuda, f"enable_{v}_sdp")(before[k])
+
     monkeypatch.delattr(attention, "sdpa_kernel")
+    monkeypatch.setattr(cuda, "sdp_kernel", sdp_kernel)
     force, name = sdpa.backend_forcer(torch)
     assert name.startswith("torch.backends.cuda.sdp_kernel")
     case = sdpa.Case("bad-dims")
     base = sdpa._inputs(torch, case, "cpu", seed=2)
     base["v"] = base["v"][..., :32].contiguous()  # flash refuses, math computes
-    assert sdpa.run_cell(torch, SDPBackend.FLASH_ATTENTION, case, base, torch.float32, (), force=force)["status"] == "refused"
+    cell = sdpa.run_cell(torch, SDPBackend.FLASH_ATTENTION, case, base, torch.float32, (), force=force)
+    assert cell["status"] == "refused", cell
     with force(SDPBackend.MATH):
-        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
-    assert torch.backends.cuda.flash_sdp_enabled()  # restored
+        assert cuda.math_sdp_enabled() and not cuda.flash_sdp_enabled()
+    assert cuda.flash_sdp_enabled()  # restored

@@ -150,8 +150,11 @@ def test_launch_blocking_child_starts_before_the_in_process_experiment(monkeypat
     # In-process the device-side assert surfaces late; the child reports it at the launch.
     assert outcome.details["default"]["error_stage"] == "synchronize"
     assert outcome.details["launch_blocking"]["error_stage"] == "launch"
-    assert outcome.status is Status.PASS
-    assert {f.kb_id for f in outcome.findings} == {"async-error-reporting", "device-side-assert"}
+    # How CUDA works on every healthy GPU is information with its explanations, not a finding.
+    assert outcome.status is Status.PASS and outcome.findings == []
+    assert outcome.details["observed"]["late_reporting"] is True
+    assert outcome.details["observed"]["explained_by"] == [
+        "gpudoctor explain async-error-reporting", "gpudoctor explain device-side-assert"]
 
 
 def _scan_async_errors(device: str):
@@ -180,4 +183,5 @@ def test_cuda_error_surfaces_at_launch_only_with_launch_blocking():
     assert details["default"]["error_stage"] in async_errors.STAGES
     assert details["default"]["classified"]["kb_id"] == "device-side-assert"
     assert result.status in (Status.PASS, Status.PASS.value), result.summary
+    assert result.findings == []  # a healthy GPU: the behaviour is in the details
     assert "context_poisoned" in details

@@ -78,6 +78,10 @@ class FatbinError(ValueError):
     """The file is not an ELF we can read, or its fatbinary is truncated or corrupt."""
 
 
+class FatbinTimeout(FatbinError):
+    """The caller's deadline passed while reading: the listing is partial, the file is fine."""
+
+
 @dataclass(frozen=True, order=True)
 class CodeTarget:
     """One compiled target: SASS (`sm_90a`) or PTX (`compute_80`) for an architecture."""
@@ -236,6 +240,7 @@ class FatbinReport:
     entries: tuple[FatbinEntry, ...] = ()
     error: str | None = None
     unknown_kinds: tuple[int, ...] = field(default=())
+    out_of_time: bool = False  # `error` is the caller's deadline, not damage (a slow filesystem)
 
     @property
     def has_fatbin(self) -> bool:
@@ -272,6 +277,7 @@ class FatbinReport:
             "entries": len(self.entries),
             "compressed": self.compressed,
             "error": self.error,
+            "out_of_time": self.out_of_time,
         }
 
 
@@ -340,7 +346,7 @@ def iter_entries(
     pos, end = start, start + size
     while pos + _CONTAINER_HEADER.size <= end:
         if deadline is not None and time.monotonic() > deadline:
-            raise FatbinError(f"stopped at offset {pos} of {end}: out of time, listing is partial")
+            raise FatbinTimeout(f"stopped at offset {pos} of {end}: out of time, listing is partial")
         raw = _pread(fd, _CONTAINER_HEADER.size, pos, "fatbin header")
         magic, _version, header_size, fat_size = _CONTAINER_HEADER.unpack(raw)
         if magic != FATBIN_MAGIC:
@@ -399,6 +405,7 @@ def read_fatbin(path: str | os.PathLike[str], deadline: float | None = None) -> 
     entries: list[FatbinEntry] = []
     containers = 0
     size = 0
+    out_of_time = False
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -412,6 +419,8 @@ def read_fatbin(path: str | os.PathLike[str], deadline: float | None = None) -> 
                     containers += 1
                 else:
                     entries.append(entry)
+    except FatbinTimeout as exc:
+        error, out_of_time = str(exc), True
     except FatbinError as exc:
         error = str(exc)
     except (OSError, struct.error) as exc:
@@ -422,4 +431,4 @@ def read_fatbin(path: str | os.PathLike[str], deadline: float | None = None) -> 
         os.close(fd)
     unknown = tuple(sorted({e.kind_code for e in entries if e.kind_code not in _KIND_NAMES}))
     return FatbinReport(path, size, tuple(dict.fromkeys(sections)), containers, tuple(entries),
-                        error, unknown)
+                        error, unknown, out_of_time)

@@ -14,6 +14,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from gpudoctor.probes.base import error_text, is_sticky_cuda_error
+
 # TORCH_WARN appends the C++ location; it differs between builds and says nothing to a user.
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
 
@@ -95,8 +97,10 @@ def refusal_reasons(messages: list[str]) -> list[str]:
 
 
 def max_abs_error(torch: Any, out: Any, ref: Any) -> float:
-    """Largest elementwise difference in fp32; NaN or inf anywhere counts as infinitely wrong."""
-    diff = (out.detach().float() - ref.detach().float()).abs()
+    """Largest elementwise difference in fp64; NaN or inf anywhere counts as infinitely wrong.
+    On CUDA this reads the result back to the host: it is where an asynchronous kernel fault
+    surfaces, so callers keep it inside their `try`."""
+    diff = (out.detach().double() - ref.detach().double()).abs()
     if not bool(torch.isfinite(diff).all()):
         return float("inf")
     return float(diff.max().item()) if diff.numel() else 0.0
@@ -108,13 +112,23 @@ def backward(out: Any, grad: Any) -> None:
     (out * grad).sum().backward()
 
 
-def free(torch: Any, device: str) -> None:
+def free(torch: Any, device: str, poisoned: bool | str | None = False) -> str | None:
     """Return what the probe held: collect cycles and give cached CUDA blocks back. Only the young
     generations: the probe's own objects are there, and a full collection after `import torch`
-    walks every module's objects (~80 ms a call)."""
+    walks every module's objects (~80 ms a call).
+
+    After a sticky CUDA error `empty_cache()` raises it again (the caching allocator's `cudaFree`
+    returns it), which would turn a probe's measured matrix into a crash: it is skipped when the
+    caller knows the context is poisoned, and any error it raises is returned, never raised."""
     gc.collect(1)
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if poisoned or not str(device).startswith("cuda"):
+        return None
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception as exc:  # noqa: BLE001 - a poisoned context: the caller's result stands
+        return error_text(exc)
+    return None
 
 
 def fmt_bytes(n: float) -> str:
@@ -150,16 +164,19 @@ def classify_kernel_error(text: str) -> str | None:
     return None
 
 
-def is_cuda_error(text: str) -> bool:
-    """A CUDA runtime error poisons the context: later launches in this worker are meaningless."""
-    return "CUDA error" in text or "AcceleratorError" in text
+def poisons_context(text: str) -> bool:
+    """A sticky CUDA error: later launches in this process are meaningless. Non-sticky CUDA
+    errors (a cuBLAS status, "invalid argument", out of memory) leave the context usable."""
+    return is_sticky_cuda_error(text)
 
 
 def reference_attention(torch: Any, q: Any, k: Any, v: Any, *, causal: bool = False,
                         attn_mask: Any = None) -> Any:
-    """Attention written out in fp32 (B, H, N, D), independent of every SDPA backend, so that a
-    backend is never checked against itself. Key/value heads are repeated for GQA."""
-    q, k, v = q.float(), k.float(), v.float()
+    """Attention written out in fp64 (B, H, N, D), independent of every SDPA backend, so that a
+    backend is never checked against itself. Key/value heads are repeated for GQA. fp64, not fp32:
+    fp32 matmuls follow TF32 overrides (NVIDIA_TF32_OVERRIDE=1, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1)
+    and would turn an accurate fp32 kernel into a mismatch against a TF32 reference."""
+    q, k, v = q.double(), k.double(), v.double()
     if k.shape[-3] != q.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]
         k = k.repeat_interleave(rep, dim=-3)
@@ -173,5 +190,5 @@ def reference_attention(torch: Any, q: Any, k: Any, v: Any, *, causal: bool = Fa
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
-            scores = scores + attn_mask.float()
+            scores = scores + attn_mask.double()
     return scores.softmax(dim=-1) @ v

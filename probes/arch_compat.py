@@ -11,11 +11,20 @@ with a `.nv_fatbin` section. The scan is bounded in files and time.
 On a CUDA device it compares (SASS of the same major at or below the GPU's minor; PTX at or below
 the capability, by JIT; `a`/`f` variants only on their arch/family). Without one it cannot compare:
 it skips, listing for which GPUs each library has code.
+
+Only code that can run here is judged. A package that ships one build per CUDA version
+(`libbitsandbytes_cuda118.so` ... `_cuda130.so`) is judged by the variant it loads for this torch's
+CUDA, as bitsandbytes chooses it; the others are listed, not judged. A library with no code for
+the GPU while the rest of its package (torch's arch list, for torch's own libraries) has some is a
+warning: part of the package works (torch 2.11's libtorch_cuda_linalg.so has no sm_75, the rest
+of torch does). A file not read in full within the time budget (a cold network filesystem) is
+listed with what was read; the budget is ours, not the user's problem, and never a warning.
 """
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -57,6 +66,62 @@ DEFAULTS: dict[str, Any] = {
     "arch_compat_max_files": 4000,  # ELF files examined in the generic walk
     "arch_compat_size_limit_mib": 256,  # generic walk: larger unknown files are listed, not read
 }
+
+
+# One build per CUDA version, as bitsandbytes ships them: libbitsandbytes_cuda126.so,
+# libbitsandbytes_cuda118_nocublaslt.so (older releases, for GPUs below sm_75).
+_PER_CUDA = re.compile(r"^(?P<stem>.+?)_cuda(?P<ver>\d{3,4})(?P<nocublaslt>_nocublaslt)?\.so$")
+
+
+def _cuda_tuple(ver: str) -> tuple[int, int]:
+    return int(ver[:-1]), int(ver[-1])
+
+
+def loaded_variant(versions: Sequence[str], torch_cuda: str | None,
+                   override: str | None = None) -> str | None:
+    """The CUDA version string of the per-CUDA build a package loads, bitsandbytes' rule: the
+    BNB_CUDA_VERSION override as given; else torch's CUDA exactly; else the highest version at or
+    below it with the same major; else the lowest above it with the same major; else None."""
+    if override:
+        return override if override in versions else None
+    if not torch_cuda:
+        return None
+    try:
+        major, minor = (int(x) for x in torch_cuda.split(".")[:2])
+    except ValueError:
+        return None
+    want = f"{major}{minor}"
+    if want in versions:
+        return want
+    same = sorted((v for v in versions if _cuda_tuple(v)[0] == major), key=_cuda_tuple)
+    below = [v for v in same if _cuda_tuple(v) <= (major, minor)]
+    above = [v for v in same if _cuda_tuple(v) > (major, minor)]
+    return below[-1] if below else above[0] if above else None
+
+
+def mark_unloaded_variants(libraries: list[dict[str, Any]], torch_cuda: str | None,
+                           capability: tuple[int, int] | None) -> None:
+    """Set `not_loaded` (the reason) on per-CUDA builds this torch does not load."""
+    groups: dict[tuple[str, str], list[tuple[dict[str, Any], re.Match]]] = {}
+    for lib in libraries:
+        match = _PER_CUDA.match(os.path.basename(lib["path"]))
+        if match:
+            groups.setdefault((os.path.dirname(lib["path"]), match["stem"]), []).append((lib, match))
+    override = os.environ.get("BNB_CUDA_VERSION") or None
+    for (_, stem), members in groups.items():
+        versions = sorted({m["ver"] for _, m in members})
+        chosen = loaded_variant(versions, torch_cuda, override)
+        # Below sm_75 old bitsandbytes loads the _nocublaslt build of that version.
+        want_nocublaslt = capability is not None and capability < (7, 5) and any(
+            m["nocublaslt"] and m["ver"] == chosen for _, m in members)
+        why = (f"BNB_CUDA_VERSION={override}" if override else f"torch's CUDA {torch_cuda}")
+        for lib, match in members:
+            if match["ver"] == chosen and bool(match["nocublaslt"]) == want_nocublaslt:
+                lib["loaded_variant"] = True
+                continue
+            lib["not_loaded"] = (f"{stem}_cuda{chosen}{'_nocublaslt' if want_nocublaslt else ''}.so is "
+                                 f"the build loaded for {why}" if chosen else
+                                 f"no {stem} build matches {why}")
 
 
 @dataclass(frozen=True)
@@ -298,6 +363,7 @@ def run(ctx: ProbeContext) -> Outcome:
         entry = {"name": cand.label, "package": cand.package, **report.to_dict()}
         entry["runs_on"] = fatbin.supported_capabilities(report.targets)
         libraries.append(entry)
+    mark_unloaded_variants(libraries, getattr(torch.version, "cuda", None), capability)
     details: dict[str, Any] = {
         "device": ctx.device,
         "gpu": gpu,
@@ -313,7 +379,9 @@ def run(ctx: ProbeContext) -> Outcome:
             "elapsed_s": round(scan.elapsed_s, 3),
         },
     }
-    unreadable = [lib["name"] for lib in libraries if lib["error"]]
+    # A damaged file is worth a warning; one cut short by our own time budget is not.
+    unreadable = [lib["name"] for lib in libraries if lib["error"] and not lib.get("out_of_time")]
+    details["scan"]["not_read_in_full"] = [lib["name"] for lib in libraries if lib.get("out_of_time")]
 
     if capability is None:
         parts = [f"torch carries {fatbin.describe_targets(torch_targets)}" if torch_targets
@@ -344,8 +412,16 @@ def _verdict(
     gpu_line = f"GPU {gpu or '?'} ({device}), compute capability {_capability_text(capability)}"
     findings: list[Finding] = []
 
+    def coverage(lib: dict[str, Any]) -> fatbin.Coverage:
+        return fatbin.coverage(_targets(lib["sass"] + lib["ptx"]), capability)
+
+    # A package partly covered: some of its binaries (or torch's arch list) run here.
+    covered = {lib["package"] for lib in libraries if not lib.get("not_loaded") and coverage(lib).ok}
+    if torch_targets and fatbin.coverage(torch_targets, capability).ok:
+        covered.add("torch")
+
     def judge(name: str, targets: Sequence[fatbin.CodeTarget], where: str,
-              partial: bool = False) -> str | None:
+              partial: bool = False, package: str | None = None) -> str | None:
         cov = fatbin.coverage(targets, capability)
         if partial and cov.verdict != "native":
             # Only part of a damaged or slow file was read: what was read may cover the GPU,
@@ -354,7 +430,15 @@ def _verdict(
         carries = fatbin.describe_targets(targets)
         runs = ", ".join(fatbin.supported_capabilities(targets)) or "no known GPU"
         evidence = (gpu_line, where, f"carries {carries}", f"runs on {runs}")
-        if cov.verdict == "none":
+        if cov.verdict == "none" and package in covered:
+            findings.append(Finding(
+                "no-kernel-image",
+                f"{name} has no code for {sm}: it carries {carries}; the rest of {package} runs "
+                f"here, the calls into this library fail with no-kernel-image",
+                evidence,
+                severity="warning",
+            ))
+        elif cov.verdict == "none":
             findings.append(Finding(
                 "no-kernel-image",
                 f"{name} has no code for {sm}: it carries {carries}",
@@ -376,25 +460,44 @@ def _verdict(
     else:
         details["torch"]["verdict"] = None
     for lib in libraries:
+        if lib.get("not_loaded"):
+            lib["verdict"] = None  # a build for another CUDA version: never loaded here
+            continue
         lib["verdict"] = judge(lib["name"], _targets(lib["sass"] + lib["ptx"]), lib["path"],
-                               partial=bool(lib["error"]))
+                               partial=bool(lib["error"]), package=lib["package"])
 
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity != "error"]
     checked = len(libraries) - len([lib for lib in libraries if lib["verdict"] is None])
     scope = f"torch and {checked} CUDA binaries" if torch_targets else f"{checked} CUDA binaries"
+    info = []
+    unloaded = [lib for lib in libraries if lib.get("not_loaded")]
+    if unloaded:
+        info.append(f"{len(unloaded)} builds for other CUDA versions not judged")
+    slow = details["scan"].get("not_read_in_full") or []
+    if slow or details["scan"].get("truncated"):
+        parts = [f"{len(slow)} binaries not read in full"] if slow else []
+        if details["scan"].get("truncated"):
+            parts.append("some files not reached")
+        info.append(" and ".join(parts) + " within the time budget (more time: gpudoctor scan "
+                    "--probe-option arch_compat_budget_s=SECONDS)")
     if errors:
         names = ", ".join(f.summary.split(" has ", 1)[0] for f in errors[:3])
         more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
         return Outcome(Status.FAIL, f"no code for {sm} in {names}{more}", details, findings)
     notes = []
-    if warnings:
-        notes.append(f"{len(warnings)} run only by PTX JIT")
+    jit = [f for f in warnings if "JIT-compiling" in f.summary]
+    if jit:
+        notes.append(f"{len(jit)} run only by PTX JIT")
+    partly = [f.summary.split(" has ", 1)[0] for f in warnings if f not in jit]
+    if partly:
+        notes.append(f"no code for {sm} in part of a package: {', '.join(partly[:3])}")
     if unreadable:
         notes.append(f"{len(unreadable)} could not be read in full: {', '.join(unreadable[:3])}")
     if not torch_targets:
         notes.append(f"torch's arch list is unknown ({arch_reason})")
+    tail = f" ({'; '.join(info)})" if info else ""
     if notes:
-        return Outcome(Status.WARN, f"{scope} checked for {sm}; " + "; ".join(notes), details,
+        return Outcome(Status.WARN, f"{scope} checked for {sm}; " + "; ".join(notes) + tail, details,
                        findings)
-    return Outcome(Status.PASS, f"{scope} carry code for {sm}", details, findings)
+    return Outcome(Status.PASS, f"{scope} carry code for {sm}{tail}", details, findings)

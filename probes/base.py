@@ -6,9 +6,10 @@ This module is standard library only: it is loaded inside probe workers of any t
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 
 class Status(str, enum.Enum):
@@ -90,6 +91,31 @@ def skipped(reason: str, **details: Any) -> Outcome:
     return Outcome(Status.SKIPPED, reason, dict(details))
 
 
+# CUDA runtime errors after which the context is unusable ("sticky"): every later call in the
+# process returns the same error, `cudaFree` (so `torch.cuda.empty_cache()`) included. The texts are
+# cudaGetErrorString's for cudaErrorIllegalAddress, MisalignedAddress, Assert, LaunchFailure,
+# IllegalInstruction, InvalidPc, HardwareStackError, LaunchTimeout and ECCUncorrectable. Anything
+# else (a CUBLAS_STATUS_*, "invalid argument", "out of memory") is reported once and leaves the
+# context usable, so it must not stop a probe.
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "misaligned address",
+    "device-side assert",
+    "unspecified launch failure",
+    "illegal instruction",
+    "invalid program counter",
+    "hardware stack error",
+    "launch timed out",
+    "uncorrectable ecc error",
+)
+
+
+def is_sticky_cuda_error(text: str) -> bool:
+    """Whether an error text is one of the CUDA errors that poison the context for good."""
+    low = text.lower()
+    return any(needle in low for needle in STICKY_CUDA_ERRORS)
+
+
 @dataclass
 class ProbeContext:
     """Everything a probe's workload needs. `device` is a torch device string ("cuda:0", "cpu",
@@ -109,6 +135,27 @@ class ProbeContext:
         """Synchronise the device so that asynchronous errors surface inside the probe."""
         if self.is_cuda:
             self.torch.cuda.synchronize(self.device)
+
+    def device_guard(self) -> ContextManager[Any]:
+        """Make `device` the current CUDA device for the block. Events, `can_use_*` checks and
+        `getCurrentDeviceProperties` follow the *current* device, not the tensors', so without it
+        `--device cuda:1` would time or judge device 0. A no-op off CUDA."""
+        if self.is_cuda:
+            return self.torch.cuda.device(self.device)
+        return contextlib.nullcontext()
+
+    def poisoned(self, text: str = "") -> str | None:
+        """Why the CUDA context can no longer be used after an error with this text, or None. A
+        sticky text says so by itself; otherwise a synchronize that raises proves it."""
+        if not self.is_cuda:
+            return None
+        if text and is_sticky_cuda_error(text):
+            return text.splitlines()[0]
+        try:
+            self.torch.cuda.synchronize(self.device)
+        except Exception as exc:  # noqa: BLE001 - the sticky error itself
+            return error_text(exc).splitlines()[0]
+        return None
 
 
 def error_text(exc: BaseException) -> str:

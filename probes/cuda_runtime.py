@@ -3,7 +3,10 @@ kernel, synchronise, check its result, free; each step timed.
 
 When CUDA is unusable it says why, from torch's own texts (captured init warnings and exceptions):
 a CPU-only build, no driver, a driver too old for the build, CUDA_VISIBLE_DEVICES hiding every
-device, or a build without kernels for this GPU's architecture.
+device, or a build without kernels for this GPU's architecture. How loudly depends on what the user
+asked for (`ctx.options["requested_device"]`, passed by the runner): under `auto` (no --device) the
+scan fell back to the CPU and the finding is a warning; an explicit `cuda:N` or `all` that cannot
+be met fails; an explicit CPU (or other non-CUDA) device skips this probe, there is nothing to say.
 """
 from __future__ import annotations
 
@@ -133,21 +136,34 @@ def _device_facts(torch: Any, device: str) -> dict[str, Any]:
 
 
 def run(ctx: ProbeContext) -> Outcome:
+    with ctx.device_guard():
+        return _run(ctx)
+
+
+def _run(ctx: ProbeContext) -> Outcome:
     torch = ctx.torch
-    requested = str(ctx.options.get("requested_device") or "cuda")
+    requested = str(ctx.options.get("requested_device") or "auto")
     env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
            "torch": str(torch.__version__), "torch.version.cuda": torch.version.cuda}
     if not ctx.is_cuda:
+        explicit_cuda = requested.startswith("cuda") or requested == "all"
         if requested.startswith("cpu"):
-            return skipped("the CPU was requested explicitly: there is no CUDA runtime to check",
+            return skipped("the CPU was asked for: there is no CUDA runtime to check",
+                           requested_device=requested, **env)
+        if requested != "auto" and not explicit_cuda:
+            return skipped(f"{requested} was asked for: there is no CUDA runtime to check",
                            requested_device=requested, **env)
         kb_id, reason, evidence = why_unavailable(torch)
         if not kb_id:
             # CUDA works, yet the worker handed us a non-CUDA device: nothing here to judge.
             return skipped(f"device {ctx.device} is not a CUDA device", requested_device=requested, **env)
-        return Outcome(Status.FAIL, f"CUDA is unusable: {reason}",
-                       {"requested_device": requested, **env},
-                       [Finding(kb_id, reason, tuple(evidence))])
+        details = {"requested_device": requested, **env}
+        if explicit_cuda:
+            return Outcome(Status.FAIL, f"CUDA is unusable: {reason}", details,
+                           [Finding(kb_id, reason, tuple(evidence))])
+        # `auto`: the scan ran on the CPU instead; worth knowing, not an error of this machine.
+        return Outcome(Status.WARN, f"CUDA is unusable, the scan ran on {ctx.device}: {reason}", details,
+                       [Finding(kb_id, reason, tuple(evidence), severity="warning")])
 
     details: dict[str, Any] = {"requested_device": requested, **env}
     with att.capture() as said:
@@ -159,7 +175,9 @@ def run(ctx: ProbeContext) -> Outcome:
             failure = error_text(exc)
     if said.warnings:
         details["init_warnings"] = said.warnings
-    att.free(torch, ctx.device)
+    freed = att.free(torch, ctx.device, ctx.poisoned(failure) if failure else False)
+    if freed:
+        details["empty_cache_error"] = freed
     texts = [t for t in (failure, *said.warnings) if t]
     findings = [Finding(kb, t.splitlines()[0], (t, f"device {ctx.device}",
                                                f"arch list {details.get('arch_list')}",

@@ -66,17 +66,20 @@ def run_case(torch: Any, fa: Any, device: str, dtype: Any, head_dim: int, causal
         stage = "backward"
         att.backward(out, grad)
         if str(device).startswith("cuda"):
+            stage = "synchronize"
             torch.cuda.synchronize(device)
+        # Compared inside the try: reading the result back is where an asynchronous fault surfaces.
+        stage = "compare"
+        ref_leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
+        ref = att.reference_attention(torch, *ref_leaves, causal=causal)
+        att.backward(ref, grad.double().transpose(1, 2))
+        cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
+        cell["bwd_err"] = max(att.max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
+                              for x, r in zip(leaves, ref_leaves))
     except Exception as exc:  # noqa: BLE001 - the failure is the measurement
         text = error_text(exc)
         cell.update(status="refused" if _expected_refusal(dname, text) else "error", stage=stage, text=text)
         return cell
-    ref_leaves = [t.detach().float().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
-    ref = att.reference_attention(torch, *ref_leaves, causal=causal)
-    att.backward(ref, grad.float().transpose(1, 2))
-    cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
-    cell["bwd_err"] = max(att.max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
-                          for x, r in zip(leaves, ref_leaves))
     ok = cell["fwd_err"] <= att.FWD_TOL[dname] and cell["bwd_err"] <= att.BWD_TOL[dname]
     cell["status"] = "ok" if ok else "mismatch"
     return cell
@@ -94,21 +97,26 @@ def layout_pitfall(torch: Any, fa: Any, device: str, dtype: Any) -> dict[str, An
     try:
         wrong = fa.flash_attn_func(q, k, v)
         fixed = fa.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+        result.update(
+            wrong_layout_err=att.max_abs_error(torch, wrong, right),
+            transposed_err=att.max_abs_error(torch, fixed, right),
+            same_shape=list(wrong.shape) == list(right.shape),
+        )
     except Exception as exc:  # noqa: BLE001
         result.update(error=error_text(exc))
         return result
     tol = att.FWD_TOL[att.dtype_name(dtype)]
-    result.update(
-        wrong_layout_err=att.max_abs_error(torch, wrong, right),
-        transposed_err=att.max_abs_error(torch, fixed, right),
-        same_shape=list(wrong.shape) == list(right.shape),
-    )
     result["silently_wrong"] = result["same_shape"] and result["wrong_layout_err"] > tol
     result["transpose_fixes_it"] = result["transposed_err"] <= tol
     return result
 
 
 def run(ctx: ProbeContext) -> Outcome:
+    with ctx.device_guard():
+        return _run(ctx)
+
+
+def _run(ctx: ProbeContext) -> Outcome:
     torch = ctx.torch
     with att.capture(stderr=True) as said:
         try:
@@ -129,22 +137,30 @@ def run(ctx: ProbeContext) -> Outcome:
     details["version"] = version
     cells = []
     matrix: dict[str, str] = {}
-    poisoned = False
+    poisoned = ""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for head_dim in HEAD_DIMS:
             for causal in (False, True):
+                key = f"{att.dtype_name(dtype)}/d{head_dim}{'/causal' if causal else ''}"
                 if poisoned:
+                    matrix[key] = f"not-run({poisoned})"
                     continue
                 cell = run_case(torch, fa, ctx.device, dtype, head_dim, causal)
                 cells.append(cell)
-                key = f"{cell['dtype']}/d{head_dim}{'/causal' if causal else ''}"
                 matrix[key] = _cell_text(cell)
-                # A CUDA error poisons the context on a real GPU; later launches prove nothing.
-                poisoned = ctx.is_cuda and cell["status"] == "error" and att.is_cuda_error(cell["text"])
+                # A sticky CUDA error poisons the context; later launches prove nothing.
+                if cell["status"] == "error":
+                    reason = ctx.poisoned(cell["text"])
+                    poisoned = f"CUDA context poisoned by {key}: {reason}" if reason else ""
     details["matrix"] = matrix
     # fp16 everywhere: flash_attn has no fp32 path, and CPU SDPA (what the fakes wrap) takes fp16.
-    details["layout_pitfall"] = layout_pitfall(torch, fa, ctx.device, torch.float16)
-    att.free(torch, ctx.device)
+    details["layout_pitfall"] = (layout_pitfall(torch, fa, ctx.device, torch.float16) if not poisoned
+                                 else {"error": f"not run: {poisoned}"})
+    freed = att.free(torch, ctx.device, poisoned)
+    if poisoned:
+        details["context_poisoned"] = poisoned
+    if freed:
+        details["empty_cache_error"] = freed
 
     findings = []
     seen: set[str] = set()
@@ -167,7 +183,7 @@ def run(ctx: ProbeContext) -> Outcome:
     if pit.get("silently_wrong"):
         summary += (f"; (B,H,N,D) input is silently wrong (max err {pit['wrong_layout_err']:.2f}), "
                     "transpose(1, 2) fixes it")
-    status = Status.FAIL if counts["error"] or counts["mismatch"] else Status.PASS
+    status = Status.FAIL if counts["error"] or counts["mismatch"] or poisoned else Status.PASS
     return Outcome(status, summary, details, findings)
 
 

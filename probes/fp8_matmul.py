@@ -9,6 +9,13 @@ status, a silently accepted call with correct numbers, or wrong numbers. Every c
 the `meta` device, which holds the contract that torch.compile and fake tensors enforce: eager
 kernels (the CPU one above all) accept layouts that the compiled path rejects.
 
+A finding is what a user can act on here: the aligned call failing (fail), a rule broken with
+silently wrong numbers or a sticky fault (warning), a GPU without FP8 when the user asked for this
+probe. How this torch enforces the rules otherwise (clear error, bare cuBLASLt status, accepted
+eagerly) is recorded in the details. Only a sticky CUDA error stops the remaining cases, and the one
+case that may fault (the misaligned operand) runs last. torch 2.4's `_scaled_mm` (keyword scales,
+`(out, amax)` returned) is detected from the op's schema.
+
 Worker-side module: standard library only at import; torch arrives as `ctx.torch`.
 """
 from __future__ import annotations
@@ -23,6 +30,7 @@ from gpudoctor.probes.base import (
     ProbeSpec,
     Status,
     error_text,
+    is_sticky_cuda_error,
     skipped,
 )
 
@@ -49,7 +57,34 @@ MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) and newer have FP8 ten
 CAPABILITY_MESSAGE = "is only supported on CUDA devices with compute capability"
 
 # Worst error relative to the largest reference value that still counts as correct, per output dtype.
-_TOLERANCE = {"float32": 1e-3, "bfloat16": 1.6e-2, "float16": 4e-3}
+# float8 outputs (no out_dtype) round to 3 (e4m3) or 2 (e5m2) mantissa bits: 2^-4 and 2^-3.
+_TOLERANCE = {"float32": 1e-3, "bfloat16": 1.6e-2, "float16": 4e-3,
+              "float8_e4m3fn": 0.07, "float8_e5m2": 0.14}
+NO_KERNEL = "Could not run 'aten::_scaled_mm' with arguments from the"  # the dispatcher's text
+
+
+def scaled_mm_caller(torch: Any) -> tuple[Any, str]:
+    """How `torch._scaled_mm` is called in this torch, read from its schema
+    (`torch.ops.aten._scaled_mm.default._schema`): since 2.5 the scales are positional and the
+    result is one tensor; torch 2.4 takes them as keywords (`scale_a=`, `scale_b=`) and returns
+    `(out, amax)`. Returns a function (a, b, scale_a, scale_b, **kwargs) -> tensor and the form."""
+    keyword_scales = False
+    try:
+        schema = torch.ops.aten._scaled_mm.default._schema
+        keyword_scales = any(arg.name == "scale_a" and arg.kwarg_only for arg in schema.arguments)
+    except Exception:  # noqa: BLE001 - no schema to read: assume the current signature
+        pass
+
+    def call(a: Any, b: Any, scale_a: Any, scale_b: Any, **kwargs: Any) -> Any:
+        if keyword_scales:
+            out = torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, **kwargs)
+        else:
+            out = torch._scaled_mm(a, b, scale_a, scale_b, **kwargs)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    form = ("torch 2.4: scale_a=/scale_b= keywords, (out, amax) returned" if keyword_scales
+            else "positional scales, one tensor returned")
+    return call, form
 
 
 @dataclass(frozen=True)
@@ -98,13 +133,6 @@ CASES: tuple[Case, ...] = (
         mat1="transposed",
     ),
     Case(
-        "mat1-storage-offset",
-        "operands must start on a 16-byte-aligned address",
-        "a = a.clone() (.contiguous() returns the same misaligned view when it is already "
-        "contiguous)",
-        mat1="offset",
-    ),
-    Case(
         "scale-fp16",
         "tensor-wise scales must be float32 scalars",
         "scale_a = scale_a.float(); scale_b = scale_b.float()",
@@ -123,6 +151,15 @@ CASES: tuple[Case, ...] = (
         "torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)",
         out_dtype=None,
     ),
+    # Last: the one case that may fault on the device (a cuBLASLt status, or a sticky misaligned
+    # address), so that it cannot take the other rules' results with it.
+    Case(
+        "mat1-storage-offset",
+        "operands must start on a 16-byte-aligned address",
+        "a = a.clone() (.contiguous() returns the same misaligned view when it is already "
+        "contiguous)",
+        mat1="offset",
+    ),
 )
 
 
@@ -131,16 +168,28 @@ CONTRACT_SKIPPED = ("off CUDA the meta-device check is opt-in (it imports sympy)
 
 
 def run(ctx: ProbeContext) -> Outcome:
+    with ctx.device_guard():
+        return _run(ctx)
+
+
+def _run(ctx: ProbeContext) -> Outcome:
     torch = ctx.torch
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return skipped(f"torch {torch.__version__} has no torch._scaled_mm / float8_e4m3fn")
 
-    details: dict[str, Any] = {"shape_mkn": [M, K, N], "fp8_dtype": "float8_e4m3fn"}
+    call, form = scaled_mm_caller(torch)
+    details: dict[str, Any] = {"shape_mkn": [M, K, N], "fp8_dtype": "float8_e4m3fn", "scaled_mm_form": form}
     findings: list[Finding] = []
     capability = _capability(torch, ctx.device)
     if capability is not None:
         details["capability"] = f"{capability[0]}.{capability[1]}"
     too_old = capability is not None and capability < MIN_CAPABILITY and not torch.version.hip
+    asked = SPEC.id in (ctx.options.get("requested_probes") or ())
+    if too_old and not asked:
+        # Nothing to act on unless FP8 is wanted here: `--probe fp8-matmul` runs it anyway.
+        return skipped(f"this GPU (compute capability {details['capability']}) has no FP8 tensor "
+                       "cores: torch._scaled_mm needs sm_89 (Ada), sm_90 (Hopper) or newer "
+                       "(gpudoctor scan --probe fp8-matmul checks it anyway)", **details)
 
     cases: list[dict[str, Any]] = []
     poisoned = ""
@@ -152,18 +201,28 @@ def run(ctx: ProbeContext) -> Outcome:
         if poisoned:
             entry["eager"] = {"outcome": "not-run", "reason": f"CUDA context poisoned: {poisoned}"}
         else:
-            entry["eager"] = _attempt(torch, case, ctx.device, ctx.sync)
-            if "CUDA error" in entry["eager"].get("error", ""):
-                poisoned = entry["eager"]["error"].splitlines()[0]
+            entry["eager"] = _attempt(torch, case, ctx.device, ctx.sync, call)
+            if entry["eager"].get("outcome") == "error":
+                # Only a sticky error poisons: a CUBLAS_STATUS_* is reported once and harmless.
+                poisoned = ctx.poisoned(entry["eager"]["error"]) or ""
         entry["compile_contract"] = (
-            _attempt(torch, case, "meta", lambda: None) if check_contract else
+            _attempt(torch, case, "meta", lambda: None, call) if check_contract else
             {"outcome": "not-checked", "reason": CONTRACT_SKIPPED}
         )
         cases.append(entry)
     details["cases"] = cases
-    details["scaled_mm_v2"] = _try_v2(torch, ctx.device, ctx.sync)
+    details["scaled_mm_v2"] = _try_v2(torch, ctx.device, ctx.sync) if not poisoned else {
+        "outcome": "not-run", "reason": f"CUDA context poisoned: {poisoned}"}
+    if poisoned:
+        details["context_poisoned"] = poisoned
+    for c in cases:
+        c["verdict"] = _verdict(c) if c["rule"] else c["eager"]["outcome"]
 
     aligned = cases[0]["eager"]
+    if not ctx.is_cuda and NO_KERNEL in aligned.get("error", ""):
+        # torch 2.4 has no CPU kernel for _scaled_mm: a fact about the build, nothing to fix.
+        return skipped(f"torch {torch.__version__} has no torch._scaled_mm kernel for {ctx.device}",
+                       **details)
     if too_old or CAPABILITY_MESSAGE in aligned.get("error", ""):
         findings.append(
             Finding(
@@ -176,9 +235,9 @@ def run(ctx: ProbeContext) -> Outcome:
                 severity="warning",
             )
         )
-        status = Status.WARN
-        summary = f"FP8 matmul unsupported on {ctx.device} (capability {details.get('capability')})"
-    elif aligned["outcome"] != "correct":
+        return Outcome(Status.WARN, f"FP8 matmul unsupported on {ctx.device} (capability "
+                       f"{details.get('capability')})", details, findings)
+    if aligned["outcome"] != "correct":
         findings.append(
             Finding(
                 "fp8-layout",
@@ -187,33 +246,37 @@ def run(ctx: ProbeContext) -> Outcome:
                 evidence=_evidence(cases[0]),
             )
         )
-        status = Status.FAIL
-        summary = f"aligned torch._scaled_mm on {ctx.device}: {aligned['outcome']}"
-    else:
-        status, summary = Status.PASS, f"aligned torch._scaled_mm on {ctx.device} is correct"
-
-    # "tolerated" (eager and compiled paths both accept, numbers right) is no problem on this device.
-    notable = [c for c in cases if c["rule"] and _verdict(c) not in ("enforced", "tolerated")]
-    for c in cases:
-        c["verdict"] = _verdict(c) if c["rule"] else c["eager"]["outcome"]
-    if notable and status is Status.PASS:
+        return Outcome(Status.FAIL, f"aligned torch._scaled_mm on {ctx.device}: {aligned['outcome']}",
+                       details, findings)
+    status, summary = Status.PASS, f"aligned torch._scaled_mm on {ctx.device} is correct"
+    # What a user can act on: a rule this torch breaks with *silently wrong numbers*. A rule that
+    # is enforced with a bare cuBLASLt status ("cryptic"), or accepted eagerly although
+    # torch.compile rejects it ("accepted"), is how this torch behaves: details, not findings.
+    broken = [c for c in cases if c["rule"] and c["verdict"] in ("wrong", "poisons")]
+    rules = [c for c in cases if c["rule"]]
+    summary += "; " + ", ".join(f"{n} {v}" for v, n in sorted(_tally(rules).items()))
+    if broken:
         status = Status.WARN
-        summary += (
-            f"; {len(notable)} of {sum(1 for c in cases if c['rule'])} FP8 layout rules are not "
-            "enforced with a clear error here"
-        )
-    if notable:
         findings.append(
             Finding(
                 "fp8-layout",
-                f"on {ctx.device}, torch._scaled_mm breaks these rules silently, with a bare cuBLASLt "
-                "status, or differently from torch.compile: "
-                + ", ".join(c["case"] for c in notable),
-                evidence=tuple(line for c in notable for line in _evidence(c)),
+                f"on {ctx.device}, breaking these FP8 layout rules gives silently wrong numbers or "
+                "a sticky CUDA error that ends the process: "
+                + ", ".join(f"{c['case']} ({c['verdict']})" for c in broken),
+                evidence=tuple(line for c in broken for line in _evidence(c)),
                 severity="warning",
             )
         )
+    if poisoned:
+        summary += f"; the CUDA context was poisoned: {poisoned}"
     return Outcome(status, summary, details, findings)
+
+
+def _tally(rules: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for c in rules:
+        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+    return counts
 
 
 def _capability(torch: Any, device: str) -> tuple[int, int] | None:
@@ -225,8 +288,14 @@ def _capability(torch: Any, device: str) -> tuple[int, int] | None:
 def _verdict(entry: dict[str, Any]) -> str:
     """How a rule-breaking case fared eagerly: `enforced` (a clear torch error), `cryptic` (a
     cuBLASLt status or CUDA error with no FP8 wording), `wrong` (numbers), `accepted` (correct
-    numbers although the compiled path rejects the call), `not-run`, or `tolerated` (both accept)."""
+    numbers although the compiled path rejects the call), `not-run`, `documented` (no out_dtype:
+    a float8 result as documented, correct to float8 precision), `poisons` (a sticky CUDA error:
+    the process must restart) or `tolerated` (both accept)."""
     eager = entry["eager"]
+    if eager["outcome"] == "correct" and str(eager.get("out_dtype", "")).startswith("float8"):
+        return "documented"
+    if eager["outcome"] == "error" and is_sticky_cuda_error(eager.get("error", "")):
+        return "poisons"
     if eager["outcome"] == "error":
         return "cryptic" if eager.get("kind") in ("cublas-status", "cuda-error") else "enforced"
     if eager["outcome"] == "wrong":
@@ -320,34 +389,37 @@ def _describe(ops: dict[str, Any]) -> str:
     )
 
 
-def _attempt(torch: Any, case: Case, device: str, sync: Any) -> dict[str, Any]:
+def _attempt(torch: Any, case: Case, device: str, sync: Any, call: Any = None) -> dict[str, Any]:
+    """One case: build the operands on `device`, call, synchronise, compare; every step that
+    touches the device inside the `try`, so that a fault is this case's result."""
+    call = call or scaled_mm_caller(torch)[0]
+    result: dict[str, Any] = {}
+    stage = "setup"
     try:
         ops = _build(torch, case, device)
-    except Exception as exc:  # the device cannot even hold the operands (e.g. no float8 copy)
-        return {"outcome": "error", "error": error_text(exc), "kind": "setup"}
-    result: dict[str, Any] = {"inputs": _describe(ops)}
-    try:
-        out = torch._scaled_mm(ops["a"], ops["b"], ops["scale_a"], ops["scale_b"], **ops["kwargs"])
+        result["inputs"] = _describe(ops)
+        stage = "call"
+        out = call(ops["a"], ops["b"], ops["scale_a"], ops["scale_b"], **ops["kwargs"])
         sync()
-    except Exception as exc:
+        result["out_dtype"] = str(out.dtype).replace("torch.", "")
+        if device == "meta":
+            result["outcome"] = "ok"
+            return result
+        stage = "compare"
+        sa = ops["scale_a"].double().cpu()
+        sa = sa.reshape(-1, 1) if sa.dim() == 1 else sa
+        ref = (ops["a_q"].double() * sa) @ (ops["b_q"].double() * ops["scale_b"].double().cpu())
+        got = out.double().cpu()
+    except Exception as exc:  # noqa: BLE001 - an error is the measurement
         text = error_text(exc)
-        result.update(outcome="error", error=text, kind=_error_kind(text))
+        result.update(outcome="error", error=text, kind="setup" if stage == "setup" else _error_kind(text))
         return result
-    result["out_dtype"] = str(out.dtype).replace("torch.", "")
-    if device == "meta":
-        result["outcome"] = "ok"
-        return result
-
-    sa = ops["scale_a"].double().cpu()
-    sa = sa.reshape(-1, 1) if sa.dim() == 1 else sa
-    ref = (ops["a_q"].double() * sa) @ (ops["b_q"].double() * ops["scale_b"].double().cpu())
-    got = out.double().cpu()
     if tuple(got.shape) != tuple(ref.shape):
         result.update(outcome="wrong", rel_error=float("inf"), note=f"shape {tuple(got.shape)}")
         return result
     rel = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-    # Without out_dtype the user still expects bf16-quality numbers: judge against that.
-    tol = _TOLERANCE.get(case.out_dtype or "bfloat16", _TOLERANCE["bfloat16"])
+    # Judged at the precision of what came back: without out_dtype that is float8, as documented.
+    tol = _TOLERANCE.get(result["out_dtype"], _TOLERANCE["bfloat16"])
     result.update(rel_error=rel, outcome="correct" if rel <= tol else "wrong", tolerance=tol)
     return result
 
@@ -368,17 +440,17 @@ def _try_v2(torch: Any, device: str, sync: Any) -> dict[str, Any]:
     recipes = getattr(torch.nn.functional, "ScalingType", None)
     if fn is None or recipes is None:
         return {"present": False}
-    ops = _build(torch, CASES[0], device)
-    tensorwise = recipes.TensorWise
     try:
+        ops = _build(torch, CASES[0], device)
+        tensorwise = recipes.TensorWise
         out = fn(ops["a"], ops["b"], ops["scale_a"], tensorwise, ops["scale_b"], tensorwise,
                  output_dtype=torch.bfloat16)
         sync()
-    except Exception as exc:
+        ref = (ops["a_q"].double() * ops["scale_a"].double().cpu()) @ (
+            ops["b_q"].double() * ops["scale_b"].double().cpu()
+        )
+        rel = float((out.double().cpu() - ref).abs().max() / ref.abs().max())
+    except Exception as exc:  # noqa: BLE001
         return {"present": True, "outcome": "error", "error": error_text(exc)}
-    ref = (ops["a_q"].double() * ops["scale_a"].double().cpu()) @ (
-        ops["b_q"].double() * ops["scale_b"].double().cpu()
-    )
-    rel = float((out.double().cpu() - ref).abs().max() / ref.abs().max())
     ok = rel <= _TOLERANCE["bfloat16"]
     return {"present": True, "outcome": "correct" if ok else "wrong", "rel_error": rel}

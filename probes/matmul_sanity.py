@@ -202,13 +202,16 @@ def _time_cuda(ctx: ProbeContext, size: int, mode: str) -> float:
                 a @ b
             ctx.sync()
         samples = []
+        # Events record on the given stream: the probe device's, not whichever device is current
+        # (with --device cuda:1 events on device 0 would enclose no work: a false pass).
+        stream = torch.cuda.current_stream(ctx.device)
         for _ in range(7):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(stream)
             for _ in range(4):
                 a @ b
-            end.record()
+            end.record(stream)
             end.synchronize()
             samples.append(start.elapsed_time(end) / 4)
     del a, b
@@ -258,7 +261,9 @@ def _throughput(ctx: ProbeContext) -> dict[str, Any]:
             continue
         try:
             ms = _time_cuda(ctx, size, mode)
-        except RuntimeError as exc:
+            if not ms > 0:
+                raise ZeroDivisionError(f"CUDA events measured {ms} ms for {4} GEMMs of {size}^3")
+        except (RuntimeError, ZeroDivisionError) as exc:
             measured.append({"mode": mode, "error": error_text(exc)})
             continue
         tflops = 2 * size**3 / ms / 1e9
@@ -280,6 +285,11 @@ def _throughput(ctx: ProbeContext) -> dict[str, Any]:
 
 
 def run(ctx: ProbeContext) -> Outcome:
+    with ctx.device_guard():
+        return _run(ctx)
+
+
+def _run(ctx: ProbeContext) -> Outcome:
     torch = ctx.torch
     seed = int.from_bytes(os.urandom(4), "little")
     generator = torch.Generator().manual_seed(seed)

@@ -1,17 +1,31 @@
-"""Probe `sdpa-backends`: every scaled_dot_product_attention backend, forced one at a time, forward
-and backward, on a small matrix of dtypes and shapes, checked against an fp32 reference.
+"""Probe `sdpa-backends`: the path user code takes through scaled_dot_product_attention, and every
+backend forced one at a time, forward and backward, on a small matrix of dtypes and shapes,
+checked against an fp64 reference.
 
-A refused backend is not a failure: SDPA refuses cases a kernel does not cover and says why in
-UserWarnings ("Flash attention kernel not used because: ..."), which are captured as the reason.
-What fails the probe is a kernel that ran and gave wrong numbers or raised, or the default path
-having no kernel at all. The default choice (`torch._fused_sdp_choice`) is recorded per case so a
-silent fallback to the math backend, which materialises the full score matrix, is visible.
+What decides the verdict is the default path, with nothing forced: the backend SDPA picks
+(`torch._fused_sdp_choice`, recorded per case) must run and give the right numbers, and fp16/bf16
+must not fall back silently to the math backend, which materialises the full score matrix. A
+forced backend that SDPA would not pick here and that fails is a warning: only code that forces it
+meets it (cuDNN attention is deprioritised on sm_80/86/89/120 for exactly that reason). A refused
+backend is no failure at all: SDPA refuses what a kernel does not cover and says why in
+UserWarnings ("Flash attention kernel not used because: ..."), captured as the reason.
+
+Each cell synchronises and compares inside its own `try`, so an asynchronous kernel fault is that
+cell's error; after a sticky one the remaining cells are "not run" and the matrix is still
+returned. Forcing cuDNN builds a cuDNN graph per shape (hundreds of milliseconds each), so on CUDA
+the forced cuDNN cells run on one dtype only, unless cuDNN is SDPA's own choice, whose cells are the
+default path's and cost nothing extra. Works on torch 2.4 and later: `enable_gqa` (2.5) is
+feature-detected, and `torch.nn.attention.sdpa_kernel` is preferred to the deprecated
+`torch.backends.cuda.sdp_kernel`.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import time
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from gpudoctor.probes import _attention as att
 from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
@@ -20,9 +34,9 @@ SPEC = ProbeSpec(
     id="sdpa-backends",
     title="SDPA backends (flash, memory-efficient, cuDNN, math)",
     timeout_s=60.0,
-    emits=("sdp-kernel-deprecated", *att.KERNEL_ERROR_IDS),  # sdpa-no-kernel is among them
-    description="Forces each SDPA backend on fp16/bf16/fp32 and a few shapes, forward and backward, "
-                "and compares against an fp32 reference.",
+    emits=att.KERNEL_ERROR_IDS,  # sdpa-no-kernel is among them
+    description="Runs SDPA's default path and forces each backend on fp16/bf16/fp32 and a few shapes, "
+                "forward and backward, and compares against an fp64 reference.",
 )
 
 # SDPBackend member names, in the order SDPA itself prefers fused kernels.
@@ -60,6 +74,9 @@ CASES = (
 
 NO_KERNEL = "no available kernel"  # CUDA: one space before "Aborting"; CPU: two
 NOT_VIABLE = "no viable backend"  # the backend has no implementation on this device at all
+# On CUDA a forced cuDNN cell builds a cuDNN graph (forward and backward) per shape, ~0.1-0.4 s
+# each; one dtype shows whether the backend works. Its other dtypes run when it is SDPA's choice.
+CUDNN_FORCED_DTYPES = ("float16",)
 
 
 def _inputs(torch: Any, case: Case, device: str, seed: int) -> dict[str, Any]:
@@ -92,6 +109,52 @@ def _leaf(base: dict[str, Any], name: str, dtype: Any) -> Any:
     return out.copy_(src).requires_grad_(True)
 
 
+def accepts_gqa(torch: Any) -> tuple[bool, str]:
+    """Whether this torch's SDPA takes `enable_gqa` (2.5 and later), asked of the function itself
+    on tiny CPU tensors: torch 2.4's raises "scaled_dot_product_attention() got an unexpected
+    keyword argument 'enable_gqa'"."""
+    q, kv = torch.zeros(1, 2, 1, 8), torch.zeros(1, 1, 1, 8)
+    try:
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except TypeError as exc:
+        if "enable_gqa" in str(exc):
+            return False, (f"torch {torch.__version__}'s scaled_dot_product_attention has no "
+                           "enable_gqa (added in torch 2.5)")
+    except Exception:  # noqa: BLE001 - the keyword was accepted; the kernels are judged in cells
+        pass
+    return True, ""
+
+
+def backend_forcer(torch: Any) -> tuple[Callable[[Any], Any], str]:
+    """A context manager factory that makes SDPA use exactly one backend, and its name:
+    `torch.nn.attention.sdpa_kernel` (torch 2.3 and later), else the legacy flags context
+    `torch.backends.cuda.sdp_kernel`, whose deprecation warning is the probe's own business."""
+    try:
+        from torch.nn.attention import sdpa_kernel
+
+        return (lambda backend: sdpa_kernel([backend])), "torch.nn.attention.sdpa_kernel"
+    except ImportError:
+        pass
+    legacy = torch.backends.cuda.sdp_kernel
+    accepted = set(inspect.signature(legacy).parameters)
+    flags = {"FLASH_ATTENTION": "enable_flash", "EFFICIENT_ATTENTION": "enable_mem_efficient",
+             "MATH": "enable_math", "CUDNN_ATTENTION": "enable_cudnn"}
+
+    @contextlib.contextmanager
+    def force(backend: Any):
+        kwargs = {flag: flags.get(backend.name) == flag for flag in flags.values() if flag in accepted}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            manager = legacy(**kwargs)
+            manager.__enter__()
+        try:
+            yield
+        finally:
+            manager.__exit__(None, None, None)
+
+    return force, "torch.backends.cuda.sdp_kernel (legacy)"
+
+
 def _sdpa_call(torch: Any, case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
     kwargs: dict[str, Any] = {"attn_mask": mask, "is_causal": case.causal}
     if case.gqa:
@@ -106,28 +169,36 @@ def _forward(torch: Any, case: Case, base: dict[str, Any], dtype: Any) -> tuple[
 
 def _reference(torch: Any, case: Case, base: dict[str, Any], dtype: Any) -> tuple[Any, ...]:
     # Reference on the dtype-rounded inputs, so only the kernel's own error is measured.
-    q, k, v = (_leaf(base, n, dtype).detach().float().requires_grad_(True) for n in ("q", "k", "v"))
+    q, k, v = (_leaf(base, n, dtype).detach().double().requires_grad_(True) for n in ("q", "k", "v"))
     out = att.reference_attention(torch, q, k, v, causal=case.causal, attn_mask=base["mask"])
-    att.backward(out, base["grad"].to(dtype).float())
+    att.backward(out, base["grad"].to(dtype).double())
     return out.detach(), q.grad, k.grad, v.grad
 
 
 def run_cell(torch: Any, backend: Any, case: Case, base: dict[str, Any], dtype: Any,
-             ref: tuple[Any, ...]) -> dict[str, Any]:
-    """One backend on one case: ok / mismatch (with errors) / refused (reasons) / unavailable /
-    error (exact text). Never raises for a kernel's failure."""
-    from torch.nn.attention import sdpa_kernel
-
+             ref: tuple[Any, ...], sync: Callable[[], None] = lambda: None,
+             force: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """One backend on one case (`backend=None`: nothing forced, the path user code takes):
+    ok / mismatch (with errors) / refused (reasons) / unavailable / error (exact text). The
+    device is synchronised and the results compared inside the `try`, so an asynchronous kernel
+    fault is this cell's error. Never raises for a kernel's failure."""
+    if force is None:
+        force = backend_forcer(torch)[0]
     dname = att.dtype_name(dtype)
-    cell: dict[str, Any] = {"backend": backend.name, "dtype": dname, "case": case.name}
+    name = backend.name if backend is not None else "DEFAULT"
+    cell: dict[str, Any] = {"backend": name, "dtype": dname, "case": case.name}
     stage = "forward"
     with att.capture() as said:
         try:
-            with sdpa_kernel([backend]):
+            with force(backend) if backend is not None else contextlib.nullcontext():
                 out, q, k, v = _forward(torch, case, base, dtype)
                 stage = "backward"
                 att.backward(out, base["grad"].to(dtype))
-            got = (out.detach(), q.grad, k.grad, v.grad)
+            stage = "synchronize"
+            sync()
+            stage = "compare"
+            fwd = att.max_abs_error(torch, out, ref[0])
+            bwd = max(att.max_abs_error(torch, g, r) for g, r in zip((q.grad, k.grad, v.grad), ref[1:]))
             stage = "done"
         except Exception as exc:  # noqa: BLE001 - a kernel failure is the measurement
             cell["text"] = error_text(exc)
@@ -142,21 +213,19 @@ def run_cell(torch: Any, backend: Any, case: Case, base: dict[str, Any], dtype: 
         else:
             cell.update(status="error", reasons=reasons)
         return cell
-    fwd = att.max_abs_error(torch, got[0], ref[0])
-    bwd = max(att.max_abs_error(torch, g, r) for g, r in zip(got[1:], ref[1:]))
     ok = fwd <= att.FWD_TOL[dname] and bwd <= att.BWD_TOL[dname]
     cell.update(status="ok" if ok else "mismatch", fwd_err=fwd, bwd_err=bwd)
-    del got
     return cell
 
 
 def cell_text(cell: dict[str, Any]) -> str:
     """The matrix entry a person reads: ok / refused(reason) / error(text) / mismatch(max err)."""
     status = cell["status"]
-    if cell.get("stage") == "backward":
-        status = f"{status} in backward"
+    if cell.get("stage") in ("backward", "synchronize", "compare"):
+        status = f"{status} in {cell['stage']}"
     if cell["status"] in ("ok", "mismatch"):
-        return f"{status}(fwd {cell['fwd_err']:.1e}, bwd {cell['bwd_err']:.1e})"
+        text = f"{status}(fwd {cell['fwd_err']:.1e}, bwd {cell['bwd_err']:.1e})"
+        return text + (" [SDPA's default]" if cell.get("via") == "default" else "")
     if cell["status"] == "unavailable":
         return "unavailable(no kernel for this device type)"
     if cell["status"] == "refused":
@@ -191,7 +260,8 @@ def sdpa_params(torch: Any, q: Any, k: Any, v: Any, mask: Any, causal: bool, gqa
 
 
 def why_not_fused(torch: Any, case: Case, q: Any, k: Any, v: Any, mask: Any) -> dict[str, list[str]]:
-    """On CUDA, each fused backend's own debug reasons for these inputs (TORCH_WARN, captured)."""
+    """On CUDA, each fused backend's own debug reasons for these inputs (TORCH_WARN, captured).
+    The checks read the *current* device's properties: the caller holds the device guard."""
     checks = {
         "FLASH_ATTENTION": "can_use_flash_attention",
         "EFFICIENT_ATTENTION": "can_use_efficient_attention",
@@ -216,14 +286,16 @@ def why_not_fused(torch: Any, case: Case, q: Any, k: Any, v: Any, mask: Any) -> 
     return reasons
 
 
-def sdp_kernel_deprecation(torch: Any) -> str | None:
-    """The FutureWarning text if `torch.backends.cuda.sdp_kernel` is the deprecated API here."""
+def legacy_sdp_kernel(torch: Any) -> str | None:
+    """What this torch says when `torch.backends.cuda.sdp_kernel` is used: its deprecation
+    warning text, "absent", or None when it is silent. A fact about the build for the details:
+    the probe calling it says nothing about the user's code."""
     legacy = getattr(torch.backends.cuda, "sdp_kernel", None)
     if legacy is None:
-        return None
+        return "absent"
     with att.capture() as said:
         try:
-            with legacy(enable_flash=True, enable_math=True, enable_mem_efficient=True):
+            with legacy():
                 pass
         except Exception:  # noqa: BLE001 - only the warning matters here
             pass
@@ -234,79 +306,125 @@ def sdp_kernel_deprecation(torch: Any) -> str | None:
 
 
 def recommend(cells: list[dict[str, Any]]) -> tuple[str, str]:
-    """The fused backend that ran correctly on the most cases (SDPA's priority breaks ties);
-    math only when no fused kernel works here."""
+    """The fused backend that ran correctly on the most fp16/bf16 cases (SDPA's priority breaks
+    ties); math only when no fused kernel works here. fp32 does not vote: on CUDA only the
+    memory-efficient kernel runs fp32, which says nothing about the half-precision workloads
+    attention is used for. With no half-precision result at all (a device without fp16
+    kernels), every dtype votes."""
     strided = {c.name for c in CASES if c.strided}
-    cells = [c for c in cells if c["case"] not in strided]
+    cells = [c for c in cells if c["case"] not in strided and c["backend"] in BACKENDS]
+    half = [c for c in cells if c["dtype"] in ("float16", "bfloat16")]
+    if any(c["status"] == "ok" for c in half):
+        cells = half
     scores = {b: sum(1 for c in cells if c["backend"] == b and c["status"] == "ok") for b in BACKENDS}
     total = len({(c["dtype"], c["case"]) for c in cells})
+    dtypes = "/".join(sorted({c["dtype"] for c in cells})) or "no"
     fused = [b for b in BACKENDS if b != "MATH" and scores[b] > 0]
     best = max(fused, key=lambda b: (scores[b], -BACKENDS.index(b))) if fused else "MATH"
-    return best, f"ok on {scores[best]}/{total} cases"
+    return best, f"ok on {scores[best]}/{total} {dtypes} cases"
+
+
+def _not_run(backend: str, dname: str, case: Case, why: str) -> dict[str, Any]:
+    return {"backend": backend, "dtype": dname, "case": case.name, "status": "not-run", "text": why}
 
 
 def run(ctx: ProbeContext) -> Outcome:
+    with ctx.device_guard():
+        return _run(ctx)
+
+
+def _run(ctx: ProbeContext) -> Outcome:
     torch = ctx.torch
     from torch.nn.attention import SDPBackend
 
     started = time.perf_counter()
+    force, forcer = backend_forcer(torch)
+    gqa_ok, no_gqa = accepts_gqa(torch)
+    cases = [c for c in CASES if gqa_ok or not c.gqa]
     backends = [getattr(SDPBackend, name) for name in BACKENDS if hasattr(SDPBackend, name)]
     cells: list[dict[str, Any]] = []
     defaults: dict[str, str] = {}
-    default_errors: list[dict[str, Any]] = []
+    default_cells: list[dict[str, Any]] = []
     fallbacks: list[dict[str, Any]] = []
     poisoned = ""
-    for case_index, case in enumerate(CASES):
-        base = _inputs(torch, case, ctx.device, seed=1234 + case_index)
+    for case_index, case in enumerate(cases):
+        base = _inputs(torch, case, ctx.device, seed=1234 + case_index) if not poisoned else {}
         for dname in DTYPES:
-            dtype = getattr(torch, dname)
             key = f"{dname}/{case.name}"
+            if poisoned:
+                why = f"not run: {poisoned}"
+                default_cells.append(_not_run("DEFAULT", dname, case, why))
+                cells.extend(_not_run(b.name, dname, case, why) for b in backends)
+                continue
+            dtype = getattr(torch, dname)
             ref = _reference(torch, case, base, dtype)
-            q, k, v = (base[n].to(dtype) for n in ("q", "k", "v"))
-            choice = default_choice(torch, case, q, k, v, base["mask"])
+            leaves = [_leaf(base, n, dtype) for n in ("q", "k", "v")]
+            choice = default_choice(torch, case, *leaves, base["mask"])
             defaults[key] = choice
-            with att.capture() as said:
-                try:
-                    # The path user code takes, with nothing forced.
-                    _sdpa_call(torch, case, q, k, v, base["mask"])
-                except Exception as exc:  # noqa: BLE001
-                    default_errors.append({"case": key, "text": error_text(exc),
-                                           "reasons": att.refusal_reasons(said.warnings)})
+            # The path user code takes, with nothing forced: what decides the verdict.
+            default = run_cell(torch, None, case, base, dtype, ref, ctx.sync, force)
+            default["choice"] = choice
+            default_cells.append(default)
+            if default["status"] == "error":
+                poisoned = _poison_reason(ctx, default, key)
             if ctx.is_cuda and choice == "MATH" and dname != "float32" and not case.strided:
-                fallbacks.append({"case": key, "why": why_not_fused(torch, case, q, k, v, base["mask"])})
+                fallbacks.append({"case": key, "why": why_not_fused(torch, case, *leaves, base["mask"])})
             for backend in backends:
                 if poisoned:
-                    cells.append({"backend": backend.name, "dtype": dname, "case": case.name,
-                                  "status": "error", "text": f"not run: {poisoned}"})
+                    cells.append(_not_run(backend.name, dname, case, f"not run: {poisoned}"))
                     continue
-                cell = run_cell(torch, backend, case, base, dtype, ref)
+                if backend.name == choice:
+                    # SDPA's own choice: the default cell ran exactly this kernel.
+                    cells.append({**default, "backend": backend.name, "via": "default"})
+                    continue
+                if (ctx.is_cuda and backend.name == "CUDNN_ATTENTION"
+                        and dname not in CUDNN_FORCED_DTYPES):
+                    cells.append(_not_run(backend.name, dname, case,
+                                          f"not forced: cuDNN is forced on {', '.join(CUDNN_FORCED_DTYPES)} "
+                                          "only (a cuDNN graph build per shape)"))
+                    continue
+                cell = run_cell(torch, backend, case, base, dtype, ref, ctx.sync, force)
                 cells.append(cell)
-                if cell["status"] == "error" and att.is_cuda_error(cell["text"]):
-                    poisoned = f"CUDA context poisoned earlier ({cell['backend']} {key})"
-                ctx.sync() if not poisoned else None
-            del ref, q, k, v
+                if cell["status"] == "error":
+                    poisoned = _poison_reason(ctx, cell, key)
+            del ref, leaves
         del base
-    att.free(torch, ctx.device)
+    freed = att.free(torch, ctx.device, poisoned)
 
     matrix: dict[str, dict[str, str]] = {}
     for cell in cells:
         matrix.setdefault(cell["backend"], {})[f"{cell['dtype']}/{cell['case']}"] = cell_text(cell)
     best, why_best = recommend(cells)
+    by_dtype = {d: recommend([c for c in cells if c["dtype"] == d])[0] for d in DTYPES
+                if any(c["dtype"] == d and c["status"] == "ok" for c in cells)}
     findings: list[Finding] = []
-    broken = [c for c in cells if c["status"] in ("error", "mismatch")]
-    for cell in broken:
-        where = f"{cell['backend']} {cell['dtype']}/{cell['case']}"
+    failed_default = [c for c in default_cells if c["status"] not in ("ok", "not-run")]
+    for cell in failed_default:
+        key = f"{cell['dtype']}/{cell['case']}"
         if cell["status"] == "mismatch":
             continue  # no knowledge-base entry says why a kernel computes wrong numbers: details
-        kb_id = att.classify_kernel_error(cell["text"])
+        no_kernel = cell["status"] in ("refused", "unavailable")  # "No available kernel" / "No viable backend"
+        kb_id = "sdpa-no-kernel" if no_kernel else att.classify_kernel_error(cell["text"])
+        if kb_id == "sdpa-no-kernel":
+            summary = f"SDPA has no kernel for {key} with the default backend selection"
+        else:
+            summary = f"SDPA's default path ({cell['choice']}) raised on {key}"
         if kb_id:
-            findings.append(Finding(kb_id, f"{where} raised", (cell["text"], where)))
-    for err in default_errors:
-        findings.append(Finding(
-            "sdpa-no-kernel",
-            f"SDPA has no kernel for {err['case']} with the default backend selection",
-            (err["text"], *err["reasons"], _flags(torch)),
-        ))
+            findings.append(Finding(kb_id, summary, (cell["text"], *cell.get("reasons", []),
+                                                     f"SDPA's choice: {cell['choice']}", _flags(torch))))
+    forced_broken = [c for c in cells if c["status"] in ("error", "mismatch") and c.get("via") != "default"]
+    for cell in forced_broken:
+        if cell["status"] == "mismatch":
+            continue
+        where = f"{cell['backend']} {cell['dtype']}/{cell['case']}"
+        kb_id = att.classify_kernel_error(cell["text"])
+        # A sticky fault is no kernel's private matter: the context is gone for every later kernel.
+        sticky = att.poisons_context(cell["text"])
+        if kb_id:
+            findings.append(Finding(
+                kb_id, f"{where} raised when forced (SDPA itself picks "
+                f"{defaults.get(cell['dtype'] + '/' + cell['case'], '?')} here)",
+                (cell["text"], where), severity="error" if sticky else "warning"))
     for fb in fallbacks:
         evidence = [f"{b}: {'; '.join(r)}" for b, r in fb["why"].items()]
         findings.append(Finding(
@@ -316,46 +434,61 @@ def run(ctx: ProbeContext) -> Outcome:
             (f"torch._fused_sdp_choice -> MATH for {fb['case']}", *evidence),
             severity="warning",
         ))
-    deprecated = sdp_kernel_deprecation(torch)
-    if deprecated:
-        # Information only: the old API still works; the finding carries the replacement.
-        findings.append(Finding(
-            "sdp-kernel-deprecated",
-            "torch.backends.cuda.sdp_kernel() is deprecated in this torch: use torch.nn.attention.sdpa_kernel()",
-            (f"FutureWarning: {deprecated}", f"torch {torch.__version__}"),
-            severity="warning",
-        ))
 
     counts = {s: sum(1 for c in cells if c["status"] == s)
-              for s in ("ok", "refused", "unavailable", "mismatch", "error")}
+              for s in ("ok", "refused", "unavailable", "mismatch", "error", "not-run")}
     details = {
         "device": ctx.device,
         "torch": str(torch.__version__),
         "matrix": matrix,
+        "default_path": {f"{c['dtype']}/{c['case']}": f"{c.get('choice', '?')}: {cell_text(c)}"
+                         for c in default_cells},
         "counts": counts,
         "recommended_backend": best,
         "recommended_because": why_best,
+        "recommended_by_dtype": by_dtype,
         "default_choice": defaults,
         "unavailable": {c["backend"]: c["text"] for c in cells if c["status"] == "unavailable"},
-        "default_errors": default_errors,
+        "default_errors": [{"case": f"{c['dtype']}/{c['case']}", "text": c["text"],
+                            "reasons": c.get("reasons", [])}
+                           for c in failed_default if c["status"] != "mismatch"],
         "math_fallbacks": [fb["case"] for fb in fallbacks],
         "mismatches": [{k: c[k] for k in ("backend", "dtype", "case", "fwd_err", "bwd_err")}
-                       for c in cells if c["status"] == "mismatch"],
+                       for c in (*default_cells, *cells) if c["status"] == "mismatch"],
+        "forced_failures": [f"{c['backend']} {c['dtype']}/{c['case']}: {cell_text(c)}" for c in forced_broken],
         "tolerances": {"forward": att.FWD_TOL, "backward": att.BWD_TOL},
         "global_flags": _flags(torch),
-        "sdp_kernel_deprecated": bool(deprecated),
+        "forced_with": forcer,
+        "legacy_sdp_kernel": legacy_sdp_kernel(torch),
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
-    summary = (f"{counts['ok']} ok, {counts['refused'] + counts['unavailable']} refused, "
+    if not gqa_ok:
+        details["skipped_cases"] = {"gqa": no_gqa}
+    if ctx.is_cuda:
+        details["cudnn_forced_dtypes"] = list(CUDNN_FORCED_DTYPES)
+    if poisoned:
+        details["context_poisoned"] = poisoned
+    if freed:
+        details["empty_cache_error"] = freed
+    summary = (f"default path: {sum(1 for c in default_cells if c['status'] == 'ok')}/{len(default_cells)} "
+               f"ok; forced: {counts['ok']} ok, {counts['refused'] + counts['unavailable']} refused, "
                f"{counts['mismatch']} mismatched, {counts['error']} errors; "
                f"recommended backend {best} ({why_best})")
-    if broken or default_errors:
+    if failed_default or poisoned:
         status = Status.FAIL
-    elif fallbacks:
+    elif forced_broken or fallbacks:
         status = Status.WARN
+        if forced_broken:
+            summary += f"; {len(forced_broken)} forced non-default cells failed"
     else:
         status = Status.PASS
     return Outcome(status, summary, details, findings)
+
+
+def _poison_reason(ctx: ProbeContext, cell: dict[str, Any], key: str) -> str:
+    """Non-empty when the error left the CUDA context unusable: the rest of the matrix is not run."""
+    reason = ctx.poisoned(cell.get("text", ""))
+    return f"CUDA context poisoned by {cell['backend']} {key}: {reason}" if reason else ""
 
 
 def _flags(torch: Any) -> str:

@@ -10,6 +10,10 @@ tensor, then Python arithmetic: one sync per value, more than the original) and 
 (what the caller should pass: `x.shape[i]` already is one). It counts tensor operations and host
 conversions with a TorchFunctionMode, counts CUDA syncs with `torch.cuda.set_sync_debug_mode("warn")`,
 and times each variant, on CUDA also behind a queue of real work, where a sync waits for all of it.
+
+The measurement is information, not a finding: `int()` on a device tensor always syncs, on every
+healthy GPU, so the probe passes with the measured cost in its summary and details. It fails only
+when shape arithmetic gives wrong values.
 """
 from __future__ import annotations
 
@@ -17,13 +21,13 @@ import time
 import warnings
 from typing import Any, Callable
 
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status
+from gpudoctor.probes.base import Outcome, ProbeContext, ProbeSpec, Status
 
 SPEC = ProbeSpec(
     id="shape-sync",
     title="Shape values as device tensors: syncs and their cost",
     timeout_s=60.0,
-    emits=("misaligned-address",),
+    emits=(),
     needs=("torch",),
     gpu_memory_mib=128,
     description=(
@@ -35,8 +39,6 @@ SPEC = ProbeSpec(
 SHAPE = (7, 96, 96)  # (N_t, N_h, N_w) of the field note, scaled down
 SYNC_WARNING = "called a synchronizing CUDA operation"
 HOST_CONVERSIONS = frozenset({"__int__", "__index__", "__float__", "__bool__", "item", "tolist"})
-# The extra host time per call that counts as a real cost when no sync is involved.
-REAL_COST_US = 5.0
 BUSY_SIZE, BUSY_MATMULS = 2048, 8  # the queued work on CUDA: a few milliseconds on any recent GPU
 
 
@@ -163,7 +165,6 @@ def run(ctx: ProbeContext) -> Outcome:
                        details)
 
     syncs = {n: v.get("syncs", 0) for n, v in variants.items()}
-    real_cost = (cuda and syncs["tensor-arithmetic"] + syncs["int-each"] > 0) or extra_us >= REAL_COST_US
     numbers = (
         f"tensor arithmetic {variants['tensor-arithmetic']['per_call_us']:.1f} us "
         f"({variants['tensor-arithmetic']['tensor_ops']} ops, "
@@ -174,30 +175,15 @@ def run(ctx: ProbeContext) -> Outcome:
         + (f", {syncs['int-each']} syncs" if cuda else "")
         + f"), python ints {base['per_call_us']:.2f} us"
     )
-    if not real_cost:
-        return Outcome(
-            Status.PASS,
-            f"on {ctx.device} shape tensors cost {extra_us:.1f} us per call and no sync: {numbers}",
-            details,
-        )
-    evidence = [numbers]
+    details["fix"] = ("pass Python ints for shapes (x.shape[i] already is one); a traceback that "
+                      "ends at such an int() line reports an earlier asynchronous kernel error")
     if cuda:
-        evidence.append(
+        details["blocked_behind_queue"] = (
             "behind queued work one call blocks the host "
             f"{variants['tensor-arithmetic']['blocked_behind_queue_ms']:.2f} ms (tensor arithmetic), "
             f"{variants['int-each']['blocked_behind_queue_ms']:.2f} ms (int each) vs "
             f"{base['blocked_behind_queue_ms']:.3f} ms (python ints)"
         )
-    evidence.append("fix: pass Python ints for shapes (x.shape[i] already is one); make kernel "
-                    "inputs .contiguous() where a kernel needs it")
-    finding = Finding(
-        "misaligned-address",
-        f"shape values passed as {ctx.device} tensors cost "
-        + (f"{syncs['tensor-arithmetic']} sync(s) per call (the field note's fix: "
-           f"{syncs['int-each']})" if cuda else f"{extra_us:.1f} us per call")
-        + "; a sync does not cause a misaligned address, it is where an earlier asynchronous "
-        "kernel error is reported",
-        evidence=tuple(evidence),
-        severity="warning",
-    )
-    return Outcome(Status.WARN, f"shape tensors on {ctx.device}: {numbers}", details, [finding])
+    # Always the same on a healthy device (int() on a device tensor syncs by definition): a
+    # measurement for the reader, not something wrong with this machine.
+    return Outcome(Status.PASS, f"shape values as {ctx.device} tensors: {numbers}", details)

@@ -37,17 +37,27 @@ def test_timings_are_measured(cpu_outcome):
     assert v["tensor-arithmetic"]["per_call_us"] > v["python-ints"]["per_call_us"]
 
 
-def test_status_follows_measured_cost(cpu_outcome):
-    extra = cpu_outcome.details["extra_us_per_call"]
-    if extra >= shape_sync.REAL_COST_US:
-        assert cpu_outcome.status is Status.WARN
-        assert [f.kb_id for f in cpu_outcome.findings] == ["misaligned-address"]
-        assert "does not cause a misaligned address" in cpu_outcome.findings[0].summary
-    else:
-        assert cpu_outcome.status is Status.PASS and cpu_outcome.findings == []
-        assert "no sync" in cpu_outcome.summary
-    assert "tensor arithmetic" in cpu_outcome.summary
+def test_measured_cost_is_information_not_a_finding(cpu_outcome):
+    assert cpu_outcome.status is Status.PASS and cpu_outcome.findings == []
+    assert shape_sync.SPEC.emits == ()
+    assert "tensor arithmetic" in cpu_outcome.summary and "python ints" in cpu_outcome.summary
     json.dumps(cpu_outcome.to_dict())
+
+
+def test_healthy_gpu_passes_with_the_syncs_in_the_details(monkeypatch):
+    # Audit D11: int() on a device tensor always syncs, so every healthy GPU used to WARN with a
+    # misaligned-address finding. Syncs are counted by the (simulated) sync debug mode.
+    import cudasim
+
+    monkeypatch.setattr(shape_sync, "BUSY_SIZE", 64)
+    with cudasim.simulated(fast_gemm=True) as (sim_torch, state):
+        outcome = shape_sync.run(ProbeContext(torch=sim_torch, device="cuda:0"))
+        assert state.sync_debug == 0  # restored
+    v = outcome.details["variants"]
+    assert (v["tensor-arithmetic"]["syncs"], v["int-each"]["syncs"], v["python-ints"]["syncs"]) == (1, 3, 0)
+    assert outcome.status is Status.PASS and outcome.findings == []
+    assert "1 syncs" in outcome.summary and "3 syncs" in outcome.summary
+    assert "blocks the host" in outcome.details["blocked_behind_queue"]
 
 
 def test_note_states_the_measurable_claim(cpu_outcome):
@@ -72,5 +82,5 @@ def test_cuda_counts_syncs_and_restores_debug_mode():
     assert v["tensor-arithmetic"]["syncs"] >= 1
     assert v["int-each"]["syncs"] >= 3
     assert v["python-ints"]["syncs"] == 0
-    assert outcome.status is Status.WARN
+    assert outcome.status is Status.PASS and outcome.findings == []
     assert v["tensor-arithmetic"]["blocked_behind_queue_ms"] > v["python-ints"]["blocked_behind_queue_ms"]

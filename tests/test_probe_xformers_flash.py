@@ -32,6 +32,18 @@ XF_TOO_NEW = ("NotImplementedError: No operator found for `memory_efficient_atte
 XF_TOO_OLD = ("NotImplementedError: No operator found for `memory_efficient_attention_forward` with inputs:\n"
               "`fa2F@2.5.7-pt` is not supported because:\n"
               "    requires device with capability >= (8, 0) but your GPU has capability (7, 5) (too old)")
+# A forced op on sm_120, as xformers 0.0.35 raises it (fmha/__init__.py through
+# dispatch._ensure_op_supports_or_raise; cutlass.FwOp.CUDA_MAXIMUM_COMPUTE_CAPABILITY = (9, 0)).
+XF_FORCED_TOO_NEW = ("ValueError: Operator `memory_efficient_attention` does not support inputs:\n"
+                     "     query       : shape=(2, 128, 4, 64) (torch.float16)\n"
+                     "     key         : shape=(2, 128, 4, 64) (torch.float16)\n"
+                     "     value       : shape=(2, 128, 4, 64) (torch.float16)\n"
+                     "     attn_bias   : <class 'NoneType'>\n"
+                     "     p           : 0.0\n"
+                     "`cutlassF-pt` is not supported because:\n"
+                     "    requires device with capability <= (9, 0) but your GPU has capability (12, 0) (too new)")
+# xformers 0.0.35 fmha/flash.py with a flash_attn outside its range: `import xformers.ops` fails.
+XF_FLASH_RANGE = "Requires Flash-Attention version >=2.7.1,<=2.8.4 but got 2.8.5."
 FA_AMPERE = "RuntimeError: FlashAttention only supports Ampere GPUs or newer."
 FA_DTYPE = "RuntimeError: FlashAttention only support fp16 and bf16 data type"
 FA_SYMBOL = ("ImportError: /opt/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "
@@ -60,7 +72,9 @@ def test_xformers_build_parse_and_refusals():
     assert xk.parse_build_mismatch(
         "xFormers was built for:PyTorch 1.13.1+rocm5.2 with CUDA None (you have 1.13.1+rocm5.2)"
     )["built_for_cuda"] == "None"
-    assert xk.is_refusal(XF_TOO_OLD) and not xk.is_refusal(XF_TOO_NEW)
+    # Capability refusals decline the inputs before any kernel runs: refused, not failed (D6).
+    assert xk.is_refusal(XF_TOO_OLD) and xk.is_refusal(XF_TOO_NEW) and xk.is_refusal(XF_FORCED_TOO_NEW)
+    assert not xk.is_refusal("RuntimeError: CUDA error: invalid argument")
 
 
 @pytest.mark.parametrize("text", [FA_AMPERE, FA_DTYPE, FA_SYMBOL,
@@ -87,12 +101,21 @@ def test_flash_absent_skips():
 
 # ---------------------------------------------------------------- fake xformers wrapping SDPA
 
-def _fake_xformers(broken_flash: str | None = None, wrong: bool = False) -> dict[str, types.ModuleType]:
+def _fake_xformers(broken_flash: str | None = None, wrong: bool = False, refuse_cutlass: str | None = None,
+                   dispatcher: str | None = None, dispatch_fail: str | None = None) -> dict[str, types.ModuleType]:
+    """A fake xformers over torch SDPA. `dispatcher` names the op that op=None picks (None: a
+    working one); `dispatch_fail` is what op=None raises instead."""
     class LowerTriangularMask:
         pass
 
     def memory_efficient_attention(q, k, v, attn_bias=None, p=0.0, scale=None, *, op=None):
         fw = op[0] if isinstance(op, tuple) else op
+        if fw is None and dispatch_fail:
+            raise NotImplementedError(dispatch_fail)
+        if fw is None and dispatcher:
+            fw = {"flash": flash.FwOp, "cutlass": cutlass.FwOp}[dispatcher]
+        if getattr(fw, "refuse", None):
+            raise ValueError(fw.refuse)
         if getattr(fw, "fail", None):
             raise RuntimeError(fw.fail)
         # xformers layout (B, M, H, K) -> SDPA layout (B, H, M, K) and back.
@@ -101,11 +124,12 @@ def _fake_xformers(broken_flash: str | None = None, wrong: bool = False) -> dict
         out = out.transpose(1, 2)
         return out * 1.1 if wrong else out
 
-    def op(name, fail=None):
-        return type(name, (), {"NAME": name, "fail": fail, "is_available": classmethod(lambda cls: True)})
+    def op(name, fail=None, refuse=None):
+        return type(name, (), {"NAME": name, "fail": fail, "refuse": refuse,
+                               "is_available": classmethod(lambda cls: True)})
 
     cutlass = types.ModuleType("xformers.ops.fmha.cutlass")
-    cutlass.FwOp, cutlass.BwOp = op("cutlassF-pt"), op("cutlassB-pt")
+    cutlass.FwOp, cutlass.BwOp = op("cutlassF-pt", refuse=refuse_cutlass), op("cutlassB-pt")
     flash = types.ModuleType("xformers.ops.fmha.flash")
     flash.FwOp, flash.BwOp = op("fa2F@2.5.7-pt", broken_flash), op("fa2B@2.5.7-pt")
     fmha = types.ModuleType("xformers.ops.fmha")
@@ -137,14 +161,87 @@ def test_xformers_wrong_numbers_are_caught(monkeypatch):
 
 
 def test_xformers_invalid_argument_maps_to_seed_001_fix(monkeypatch):
-    for name, mod in _fake_xformers(broken_flash="CUDA error: invalid argument").items():
+    # xformers 0.0.30-0.0.32 on a Blackwell GPU: the dispatcher itself picks the failing flash op.
+    for name, mod in _fake_xformers(broken_flash="CUDA error: invalid argument", dispatcher="flash").items():
         monkeypatch.setitem(sys.modules, name, mod)
     out = xk.run(CPU)
     assert out.status is Status.FAIL
     found = [f for f in out.findings if f.kb_id == "xformers-flash-invalid-argument"]
-    assert found and "fa2F@2.5.7-pt" in found[0].summary
+    assert found[0].summary.startswith("xformers dispatcher (op=None) failed") and found[0].severity == "error"
+    assert any("fa2F@2.5.7-pt" in f.summary for f in found)
     assert "AttnProcessor2_0" in out.details["fix"]
     assert all(v.startswith("ok(") for v in out.details["matrix"]["cutlassF-pt"].values())
+
+
+def test_forced_failure_the_dispatcher_avoids_is_a_warning(monkeypatch):
+    for name, mod in _fake_xformers(broken_flash="CUDA error: invalid argument").items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    out = xk.run(CPU)
+    assert out.status is Status.WARN, out.summary
+    assert [f.severity for f in out.findings] == ["warning"] * len(out.findings) and out.findings
+
+
+def test_too_new_refusal_of_a_forced_op_is_refused_not_failed(monkeypatch):
+    # Audit D6: on sm_120 xformers 0.0.35 refuses cutlassF "(too new)" when forced, while its
+    # dispatcher serves the GPU with fa2: a working install, no finding.
+    import cudasim
+
+    for name, mod in _fake_xformers(refuse_cutlass=XF_FORCED_TOO_NEW.split(": ", 1)[1]).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    with cudasim.simulated(capability=(12, 0), name="NVIDIA GeForce RTX 5090") as (sim_torch, _):
+        out = xk.run(ProbeContext(torch=sim_torch, device="cuda:0"))
+    assert out.status is Status.PASS, out.summary
+    assert out.findings == []
+    assert all(v.startswith("refused(forward: ValueError: Operator `memory_efficient_attention`")
+               for v in out.details["matrix"]["cutlassF-pt"].values())
+    assert all(v.startswith("ok(") for v in out.details["matrix"]["fa2F@2.5.7-pt"].values())
+    assert set(out.details["default_dispatch"]) == {"float16/K=64", "bfloat16/K=64"}
+
+
+def test_dispatcher_with_no_operator_for_the_gpu_fails(monkeypatch):
+    # What user code meets on sm_120 when every operator is refused: the finding's fix applies.
+    import cudasim
+
+    for name, mod in _fake_xformers(dispatch_fail=XF_TOO_NEW.split(": ", 1)[1]).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    with cudasim.simulated(capability=(12, 0)) as (sim_torch, _):
+        out = xk.run(ProbeContext(torch=sim_torch, device="cuda:0"))
+    assert out.status is Status.FAIL
+    found = {f.kb_id for f in out.findings if f.severity == "error"}
+    assert found == {"xformers-flash-invalid-argument"}
+    assert "AttnProcessor2_0" in out.details["fix"]
+
+
+def test_flash_attn_outside_xformers_range_is_not_a_build_mismatch(tmp_path, monkeypatch):
+    pkg = tmp_path / "xformers"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0.0.35'\n")
+    (pkg / "ops" / "__init__.py").write_text(f"raise ImportError({XF_FLASH_RANGE!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("xformers")]:
+        monkeypatch.delitem(sys.modules, name)
+    out = xk.run(CPU)
+    assert out.status is Status.FAIL
+    assert not any(f.kb_id == "xformers-build-mismatch" for f in out.findings)
+    assert out.details["flash_attn_range"] == {"required": ">=2.7.1,<=2.8.4", "found": "2.8.5"}
+    assert "install a flash-attn in xformers' range (>=2.7.1,<=2.8.4)" in out.summary
+
+
+def test_build_mismatch_is_never_a_silent_skip(tmp_path, monkeypatch):
+    # The extensions did not load: every operator "wasn't built", so nothing runs on any device;
+    # the warning is still the finding, with its fix.
+    refusal = "`cutlassF-pt` is not supported because:\n    operator wasn't built - see `python -m xformers.info` for more info"
+    for name, mod in _fake_xformers(dispatch_fail="No operator found for `memory_efficient_attention_forward` "
+                                    "with inputs:\n" + refusal).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    for module in ("xformers.ops.fmha.cutlass", "xformers.ops.fmha.flash"):
+        sys.modules[module].FwOp.refuse = refusal
+    monkeypatch.setattr(xk, "_import_xformers", lambda: (sys.modules["xformers"], sys.modules["xformers.ops"],
+                                                          [XF_MISMATCH], ""))
+    out = xk.run(CPU)
+    assert out.status is Status.FAIL, out.summary
+    (finding,) = [f for f in out.findings if f.kb_id == "xformers-build-mismatch"]
+    assert any(e.startswith("fix: reinstall xformers built for this torch") for e in finding.evidence)
 
 
 def test_xformers_import_warning_is_a_build_mismatch(tmp_path, monkeypatch):
@@ -161,6 +258,7 @@ def test_xformers_import_warning_is_a_build_mismatch(tmp_path, monkeypatch):
     found = [f for f in out.findings if f.kb_id == "xformers-build-mismatch"]
     assert found and "built for torch 2.1.0+cu121 with CUDA 1201; installed torch 2.2.0+cpu" in found[0].evidence
     assert out.details["build"]["built_for_torch"] == "2.1.0+cu121"
+    assert out.status is Status.FAIL
 
 
 # ---------------------------------------------------------------- fake flash_attn wrapping SDPA
@@ -217,6 +315,36 @@ def test_flash_abi_import_error(tmp_path, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_real_packages_do_not_crash():
+    # The audit's verdicts on a healthy H100: skipped without the packages; with xformers 0.0.35
+    # and flash-attn 2.8.3 built for this torch, pass (fa3F and cutlassF-blackwell refused).
     for probe in (xk, fak):
         out = probe.run(ProbeContext(torch=torch, device="cuda:0"))
-        assert out.status in (Status.PASS, Status.WARN, Status.FAIL, Status.SKIPPED)
+        assert out.status in (Status.PASS, Status.SKIPPED), (probe.SPEC.id, out.summary)
+        assert all(f.severity != "error" for f in out.findings)
+
+
+def test_flash_sticky_fault_keeps_the_matrix(monkeypatch):
+    # An asynchronous misaligned-address fault in bf16/d128: it surfaces at the synchronize, the
+    # rest is "not run", empty_cache is not called on the poisoned context (audit D1).
+    import cudasim
+
+    with cudasim.simulated() as (sim_torch, state):
+        inner = _fake_flash()
+
+        def flash_attn_func(q, k, v, causal=False, **kwargs):
+            out = inner.flash_attn_func(q, k, v, causal=causal, **kwargs)
+            if q.dtype == torch.bfloat16 and q.shape[-1] == 128:
+                state.poison()
+            return out
+
+        fake = types.ModuleType("flash_attn")
+        fake.__version__, fake.flash_attn_func = "2.8.3", flash_attn_func
+        monkeypatch.setitem(sys.modules, "flash_attn", fake)
+        out = fak.run(ProbeContext(torch=sim_torch, device="cuda:0"))
+    m = out.details["matrix"]
+    assert m["bfloat16/d128"].startswith(f"error(synchronize: {cudasim.ERROR_NAME}: CUDA error: misaligned address")
+    assert m["float32/d64"].startswith("not-run(CUDA context poisoned by bfloat16/d128")
+    assert m["float16/d256/causal"].startswith("ok(")
+    assert out.status is Status.FAIL
+    assert [f.kb_id for f in out.findings] == ["misaligned-address"]
+    assert ("empty_cache", None) not in state.log

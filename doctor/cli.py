@@ -325,5 +325,12 @@ def scan(
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
 
 
+# --- fleet: `merge` (gpudoctor.fleet.command) ---------------------------------------------------
+
+from gpudoctor.fleet.command import register as _register_fleet  # noqa: E402
+
+_register_fleet(app)
+
+
 def main() -> None:
     app()

@@ -267,6 +267,9 @@ def scan(
     probe_option: list[str] = typer.Option(
         [], "--probe-option", help="KEY=VALUE passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."
     ),
+    distributed: bool = typer.Option(
+        False, "--distributed", help="Under torchrun: every rank scans its GPU, collectives are measured, rank 0 writes one fleet report."
+    ),
 ) -> None:
     """Run the probes in isolated workers and report what works on this machine."""
     import os
@@ -306,6 +309,10 @@ def scan(
         for error in errors:
             stderr.print(f"gpudoctor: {error['source']}: {error['error']}", markup=False)
         return
+    if distributed:  # gpudoctor.fleet: torchrun, one fleet report from rank 0
+        from gpudoctor.fleet.command import scan_distributed
+
+        raise typer.Exit(scan_distributed(options, [("json", json_out), ("md", markdown_out)]))
 
     try:
         with _ScanProgress(stderr) as progress:

@@ -145,6 +145,42 @@ def merge(
     raise typer.Exit(emit(data, fmt.value, output, quiet=quiet, verbose=verbose))
 
 
+class _Progress:
+    """Rank 0's scan progress on stderr: one line per probe result."""
+
+    def __call__(self, event: Any) -> None:
+        if getattr(event, "kind", None) == "result" and event.result is not None:
+            where = f" on {event.result.device}" if event.result.device else ""
+            sys.stderr.write(f"gpudoctor: [{event.index}/{event.total}] {event.probe}{where}: "
+                             f"{event.result.status.value} ({event.result.duration_s:.2f}s)\n")
+
+
+def scan_distributed(options: Any, outputs: list[tuple[str, str | None]], quiet: bool = False) -> int:
+    """`gpudoctor scan --distributed`: run this rank's part; rank 0 writes the fleet report to
+    every (format, path) in `outputs` that has a path, or as text to standard output when none
+    does. Every other rank exits 0 whatever happened to it: its story is in rank 0's report."""
+    from gpudoctor.fleet.distributed import DistributedError, run_distributed
+    from gpudoctor.runner import ScanError
+
+    def say(message: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"gpudoctor: {message}\n")
+
+    try:
+        outcome = run_distributed(options, progress=None if quiet else _Progress(), say=say)
+    except (DistributedError, ScanError) as exc:
+        fail(str(exc))
+    if outcome.fleet is None:
+        if outcome.error:
+            sys.stderr.write(f"gpudoctor: rank {outcome.rank}: {outcome.error}\n")
+        return EXIT_OK
+    wanted = [(fmt, path) for fmt, path in outputs if path]
+    code = EXIT_OK
+    for fmt, path in wanted or [("text", "-")]:
+        code = emit(outcome.fleet, fmt, path, quiet=quiet)
+    return code
+
+
 def register(app: typer.Typer) -> None:
     """Add `merge` to the gpudoctor CLI."""
     app.command(name="merge")(merge)

@@ -37,7 +37,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import gpudoctor
 from gpudoctor.fleet import nodelist
@@ -654,6 +654,7 @@ def _differ(
 
 
 def _version_findings(members: list[Member]) -> list[FleetFinding]:
+    members = [m for m in members if m.versions]  # a rank whose scan did not run has nothing to compare
     keys: dict[str, None] = {}
     for m in members:
         for k in m.versions:
@@ -983,11 +984,30 @@ def _order(findings: list[FleetFinding]) -> list[FleetFinding]:
     return sorted(findings, key=lambda f: (f.severity != ERROR, rank.get(f.kind, len(rank))))
 
 
+def rank_namer(nodes: list[Node], members: list[Member], job: dict[str, Any], redact: bool) -> Callable[[int], str | None]:
+    """rank -> the display name of its node (also for ranks that sent nothing, when the layout
+    shows which node they were on)."""
+    known = {m.rank: m.node.name for m in members if m.rank is not None and m.node is not None}
+    to_index = _rank_to_node(job["main"], job["expected_ranks"], job["expected_nodes"] or 0, job["local_world_size"])
+    by_index = {n.index: n.name for n in nodes}
+
+    def name(rank: int) -> str | None:
+        if rank in known:
+            return known[rank]
+        if to_index is None:
+            return None
+        index = to_index(rank)
+        return by_index.get(index) or _node_name(index, job, redact)
+
+    return name
+
+
 def merge_members(
     members: list[Member], options: MergeOptions, unreadable: Sequence[Loaded] = (),
-    extra_findings: Sequence[FleetFinding] = (),
+    extra_findings: Sequence[FleetFinding] | Callable[[Callable[[int], str | None]], list[FleetFinding]] = (),
 ) -> tuple[FleetReport, list[Node]]:
-    """The fleet report (not yet redacted) and its nodes, from extracted members."""
+    """The fleet report (not yet redacted) and its nodes, from extracted members. `extra_findings`
+    may be a function of rank -> node name (the distributed scan's collective findings)."""
     started = time.monotonic()
     job = _job(members)
     nodes = _assign_nodes(members, job, options.redact)
@@ -1001,7 +1021,10 @@ def merge_members(
     stragglers, straggler_table = _straggler_findings(members, options)
     findings += stragglers
     findings += _verdict_findings(members)
-    findings += list(extra_findings)
+    if callable(extra_findings):
+        findings += extra_findings(rank_namer(nodes, members, job, options.redact))
+    else:
+        findings += list(extra_findings)
     report = FleetReport(
         job={k: v for k, v in job.items() if k not in ("main", "expanded", "node_list_error")},
         nodes=[_node_summary(n) for n in nodes],

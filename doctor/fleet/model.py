@@ -24,6 +24,7 @@ KINDS: tuple[str, ...] = (
     "missing-node",
     "missing-rank",
     "unreadable-report",
+    "scan-failed",
     "collective-failed",
     "late-rank",
     "straggler",

@@ -270,6 +270,9 @@ def scan(
     distributed: bool = typer.Option(
         False, "--distributed", help="Under torchrun: every rank scans its GPU, collectives are measured, rank 0 writes one fleet report."
     ),
+    ray_cluster: bool = typer.Option(
+        False, "--ray", help="Scan every node of the Ray cluster at RAY_ADDRESS (needs ray) and write one fleet report."
+    ),
 ) -> None:
     """Run the probes in isolated workers and report what works on this machine."""
     import os
@@ -309,10 +312,11 @@ def scan(
         for error in errors:
             stderr.print(f"gpudoctor: {error['source']}: {error['error']}", markup=False)
         return
-    if distributed:  # gpudoctor.fleet: torchrun, one fleet report from rank 0
-        from gpudoctor.fleet.command import scan_distributed
+    if distributed or ray_cluster:  # gpudoctor.fleet: torchrun (rank 0) or Ray writes one fleet report
+        from gpudoctor.fleet.command import scan_distributed, scan_ray
 
-        raise typer.Exit(scan_distributed(options, [("json", json_out), ("md", markdown_out)]))
+        fleet_scan = scan_ray if ray_cluster else scan_distributed
+        raise typer.Exit(fleet_scan(options, [("json", json_out), ("md", markdown_out)]))
 
     try:
         with _ScanProgress(stderr) as progress:

@@ -181,6 +181,25 @@ def scan_distributed(options: Any, outputs: list[tuple[str, str | None]], quiet:
     return code
 
 
+def scan_ray(options: Any, outputs: list[tuple[str, str | None]], quiet: bool = False) -> int:
+    """`gpudoctor scan --ray`: one scan per Ray node, one fleet report (gpudoctor.fleet.rayscan)."""
+    from gpudoctor.fleet.distributed import DistributedError
+    from gpudoctor.fleet.rayscan import scan_cluster
+
+    def say(message: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"gpudoctor: {message}\n")
+
+    try:
+        data = scan_cluster(options, say=say)
+    except DistributedError as exc:
+        fail(str(exc))
+    code = EXIT_OK
+    for fmt, path in [(f, p) for f, p in outputs if p] or [("text", "-")]:
+        code = emit(data, fmt, path, quiet=quiet)
+    return code
+
+
 def register(app: typer.Typer) -> None:
     """Add `merge` to the gpudoctor CLI."""
     app.command(name="merge")(merge)

@@ -252,7 +252,9 @@ def load_members(inputs: Sequence[str], jobs: int | None = None) -> tuple[list["
     """Read and extract every input, in parallel (fork) when there are many files and cores:
     parsing ~300 KB of JSON per node is most of a 1,000-node merge. Order is kept."""
     files = _paths(inputs)
-    jobs = jobs if jobs is not None else min(os.cpu_count() or 1, 16)
+    if jobs is None:
+        env = os.environ.get("GPUDOCTOR_MERGE_JOBS", "")
+        jobs = int(env) if env.isdigit() and int(env) > 0 else min(os.cpu_count() or 1, 16)
     batches: list[list[tuple[str, Member | None, str | None]]]
     if jobs > 1 and len(files) >= PARALLEL_FROM and "-" not in files and hasattr(os, "fork"):
         import concurrent.futures

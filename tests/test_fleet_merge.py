@@ -265,6 +265,14 @@ def test_a_folder_and_concatenated_reports(tmp_path):
     assert data["nodes"][2]["sources"][0].endswith("all.json#2")
 
 
+def test_progress_lines_before_a_report_are_skipped(tmp_path):
+    # `srun -o scan-%N.json` without -e: the scan's stderr lands in the same file, first.
+    text = "gpudoctor: [1/12] arch-compat on cuda:0: pass (0.10s)\n" + json.dumps(fs.node_report(0, nodes=1), indent=2)
+    (tmp_path / "scan.json").write_text(text)
+    data = merge_files([str(tmp_path / "scan.json")])
+    assert data["inputs"] == {"reports": 1, "unreadable": 0}
+
+
 def test_the_fast_path_reads_what_a_full_parse_reads():
     report = fs.node_report(1, nodes=2, statuses={("fp8-matmul", 2): "crashed"})
     pretty = json.dumps(report, indent=2)

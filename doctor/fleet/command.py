@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import os
 import sys
-from typing import Any, List, NoReturn, Optional
+from typing import Any, List, NoReturn
 
 import typer
 

@@ -46,7 +46,6 @@ import selectors
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass

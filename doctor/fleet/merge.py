@@ -189,6 +189,11 @@ def _parse(text: str, label: str) -> list[Loaded]:
             pos += 1
         if pos >= len(text):
             break
+        if text[pos] != "{":
+            # Lines before a report (srun -o without -e puts the scan's progress lines there).
+            brace = text.find("\n{", pos)
+            if brace >= 0:
+                pos = brace + 1
         n += 1
         name = label if n == 1 else f"{label}#{n}"
         try:
@@ -420,7 +425,7 @@ def _nccl_env(env: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _gemm(data: dict[str, Any], visible: list[str]) -> list[dict[str, Any]]:
+def _gemm(data: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for r in data.get("results") or []:
         if not isinstance(r, dict) or r.get("probe") != "matmul-sanity":
@@ -494,7 +499,7 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
         elif len(summary) > TEXT_LIMIT:
             summary = summary[:TEXT_LIMIT] + "…"
         m.results.append((probe[:80], device[:40] if isinstance(device, str) else None, status[:20], summary))
-    m.gemm = _gemm(data, m.visible)
+    m.gemm = _gemm(data)
     return m
 
 
@@ -532,10 +537,7 @@ class Node:
 
 def _majority(values: Iterable[Any]) -> Any:
     counts = Counter(v for v in values if v is not None)
-    if not counts:
-        return None
-    (top, n), *rest = counts.most_common(2) + [(None, 0)]
-    return top
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def _job(members: list[Member]) -> dict[str, Any]:
@@ -579,6 +581,7 @@ def _assign_nodes(members: list[Member], job: dict[str, Any], redact: bool) -> l
             key = ("input", m.position)
         groups.setdefault(key, []).append(m)
     expanded = job["expanded"] or []
+    position = {name: i for i, name in reversed(list(enumerate(expanded)))}
     taken = {key[1] for key in groups if key[0] == "index"}
     next_free = max([job["expected_nodes"] or 0, len(expanded), *(i + 1 for i in taken)] or [0])
     nodes = []
@@ -587,8 +590,8 @@ def _assign_nodes(members: list[Member], job: dict[str, Any], redact: bool) -> l
             index = key[1]
         else:
             real = group[0].real_name
-            if real and real in expanded and expanded.index(real) not in taken:
-                index = expanded.index(real)
+            if real and real in position and position[real] not in taken:
+                index = position[real]
                 taken.add(index)
             else:
                 index, next_free = next_free, next_free + 1
@@ -614,13 +617,9 @@ def _node_name(index: int, job: dict[str, Any], redact: bool) -> str:
 # --- findings -----------------------------------------------------------------------------------
 
 
-def _places(culprits: Sequence[Culprit], what: str = "") -> str:
+def _places(culprits: Sequence[Culprit]) -> str:
     """"node-1 rank 3, node-4 rank 9 (+6 more)": the first few places, for a one-line summary."""
-    seen: list[str] = []
-    for c in culprits:
-        where = c.where()
-        if where not in seen:
-            seen.append(where)
+    seen = list(dict.fromkeys(c.where() for c in culprits))  # first occurrences, in order
     text = ", ".join(seen[:LIST_IN_SUMMARY])
     if len(seen) > LIST_IN_SUMMARY:
         text += f" (+{len(seen) - LIST_IN_SUMMARY} more)"
@@ -960,7 +959,7 @@ def _ranges(numbers: list[int]) -> str:
 # --- the whole merge ----------------------------------------------------------------------------
 
 
-def _node_summary(node: Node, hardware: dict[str, Any] | None = None) -> NodeSummary:
+def _node_summary(node: Node) -> NodeSummary:
     first = node.members[0]
     brief = {k: first.versions[k] for k in ("torch", "torch CUDA", "NCCL", "driver") if k in first.versions}
     counts: Counter[str] = Counter()
@@ -1043,7 +1042,7 @@ def merge_members(
     return report, nodes
 
 
-def host_names(nodes: list[Node], members: list[Member], job: dict[str, Any] | None = None) -> dict[str, str]:
+def host_names(nodes: list[Node], members: list[Member]) -> dict[str, str]:
     """Real host name -> pseudonym, for every name the inputs carry."""
     names: dict[str, str] = {}
     for node in nodes:

@@ -114,7 +114,7 @@ def scan_cluster(options: Any, merge_options: Any = None, address: str | None = 
             for n in nodes]
     fleet = fleet_from_ray(results, info, job, merge_options)
     fleet["distributed"] = {"rank0_total_s": round(time.monotonic() - started, 3), "slowest_scan_s": None,
-                            "slowest_collectives_s": None}
+                            "rank0_collectives_s": None}
     return fleet
 
 

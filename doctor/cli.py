@@ -732,6 +732,11 @@ def scan(
         help="Passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."),
     json_out: Optional[str] = typer.Option(None, "--json", hidden=True, help="Also write the JSON report here."),
     markdown_out: Optional[str] = typer.Option(None, "--markdown", hidden=True, help="Also write Markdown here."),
+    distributed: bool = typer.Option(
+        False, "--distributed",
+        help="Under torchrun: every rank scans its GPU, collectives are measured, rank 0 writes one fleet report."),
+    ray_cluster: bool = typer.Option(
+        False, "--ray", help="Scan every node of the Ray cluster at RAY_ADDRESS (needs ray) and write one fleet report."),
 ) -> None:
     """Run the probes in isolated workers and report what works on this machine."""
     from rich.console import Console
@@ -750,6 +755,11 @@ def scan(
     if list_only:
         _list_probes(options, outputs[0], stderr)
         return
+    if distributed or ray_cluster:  # gpudoctor.fleet: torchrun (rank 0) or Ray writes one fleet report
+        from gpudoctor.fleet.command import scan_distributed, scan_ray
+
+        fleet_scan = scan_ray if ray_cluster else scan_distributed
+        raise typer.Exit(fleet_scan(options, [(o.fmt.value, o.path) for o in outputs], quiet=quiet))
 
     try:
         with _ScanProgress(stderr, quiet=quiet) as progress:
@@ -820,6 +830,13 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
 from gpudoctor.ticket_cli import register as _register_ticket_commands  # noqa: E402
 
 _register_ticket_commands(app)
+
+
+# --- fleet: `merge` (gpudoctor.fleet.command) ---------------------------------------------------
+
+from gpudoctor.fleet.command import register as _register_fleet  # noqa: E402
+
+_register_fleet(app)
 
 
 def main() -> None:

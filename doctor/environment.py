@@ -131,7 +131,16 @@ def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
         "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0))),
         "toolchain": _safe(lambda: toolchain_info(timeout=min(timeout, 5.0))),
         "env_vars": _safe(env_vars),
+        "fleet": _safe(fleet_section),
     }
+
+
+def fleet_section() -> dict[str, Any]:
+    """The job this scan ran in (Slurm, torchrun), NCCL variables and plugins, network ports:
+    what `gpudoctor merge` compares across nodes (gpudoctor.fleet.launch)."""
+    from gpudoctor.fleet.launch import node_environment
+
+    return node_environment()
 
 
 def merge_environment(parent: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any]:
@@ -398,6 +407,52 @@ def _gpu(nv: Any, index: int) -> dict[str, Any]:
         "pcie": _field(pcie),
         "temperature_c": _field(lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))),
         "persistence_mode": _field(lambda: bool(nv.nvmlDeviceGetPersistenceMode(handle))),
+        **gpu_fleet_fields(nv, handle),
+    }
+
+
+def gpu_fleet_fields(nv: Any, handle: Any) -> dict[str, Any]:
+    """Per-GPU state that `gpudoctor merge` compares across nodes: VBIOS, row remapping, clocks,
+    power limits and NVLink. Each read is guarded like the rest of `_gpu`."""
+
+    def remapped() -> dict[str, Any]:
+        corrected, uncorrected, pending, failed = nv.nvmlDeviceGetRemappedRows(handle)
+        return {"correctable": int(corrected), "uncorrectable": int(uncorrected),
+                "pending": bool(pending), "failed": bool(failed)}
+
+    def clocks() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for label, kind in (("sm", nv.NVML_CLOCK_SM), ("memory", nv.NVML_CLOCK_MEM)):
+            out[label] = _field(lambda k=kind: int(nv.nvmlDeviceGetClockInfo(handle, k)))
+            out[f"{label}_max"] = _field(lambda k=kind: int(nv.nvmlDeviceGetMaxClockInfo(handle, k)))
+            out[f"{label}_applications"] = _field(lambda k=kind: int(nv.nvmlDeviceGetApplicationsClock(handle, k)))
+        return out
+
+    def power() -> dict[str, Any]:
+        return {"limit_w": _field(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000),
+                "default_limit_w": _field(lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000)}
+
+    def nvlink() -> dict[str, Any]:
+        active, versions = 0, set()
+        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                if not nv.nvmlDeviceGetNvLinkState(handle, link):
+                    continue
+            except Exception:
+                continue  # a link that does not exist on this GPU
+            active += 1
+            try:
+                versions.add(int(nv.nvmlDeviceGetNvLinkVersion(handle, link)))
+            except Exception:
+                pass
+        return {"active_links": active, "version": max(versions) if versions else None}
+
+    return {
+        "vbios": _field(lambda: _text(nv.nvmlDeviceGetVbiosVersion(handle))),
+        "row_remapping": _field(remapped),
+        "clocks_mhz": _field(clocks),
+        "power": _field(power),
+        "nvlink": _field(nvlink),
     }
 
 

@@ -41,7 +41,7 @@ def _script(tmp_path, body: str) -> str:
 @pytest.mark.torch
 def test_collect_environment_reads_this_interpreter():
     env = collect_environment(sys.executable)
-    assert set(env) == {"system", "python", "packages", "nvml", "toolchain", "env_vars"}
+    assert set(env) == {"system", "python", "packages", "nvml", "toolchain", "env_vars", "fleet"}
     assert env["python"]["version"] == sys.version.split()[0]
     assert env["python"]["same_as_cli"] is True
     installed = env["packages"]["installed"]

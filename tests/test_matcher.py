@@ -14,7 +14,7 @@ TRAILER = (
 
 
 def _entry(entry_id, patterns, **extra):
-    data = {"id": entry_id, "title": entry_id, "applicability": "safe", "what": "w", "why": ["a"],
+    data = {"id": entry_id, "title": entry_id, "cause": "c", "quick_fix": "q", "applicability": "safe", "what": "w", "why": ["a"],
             "fix": ["b"], "patch": "p", "references": [{"url": "https://example.org"}], "examples": [],
             "patterns": patterns, **extra}
     return kb.parse_entry(data, f"{entry_id}.toml")
@@ -34,7 +34,7 @@ ATTN_OOM = _entry("attn-oom", [
     _pat("oom", "out of memory",
          r"out of memory\. Tried to allocate (?P<requested>[\d.]+ [KMGT]iB)(?:.*?total capacity of (?P<capacity>[\d.]+ [KMGT]iB))?", 0.9),
     _pat("baddbmm", "baddbmm", r"torch\.baddbmm", 0.3, role="support"),
-], min_support=1, supersedes=["plain-oom"], specificity=70)
+], min_support=1, supersedes=["plain-oom"], specificity=70, facts=["allocation-exceeds-gpu"])
 
 
 def ranked(entries, text):

@@ -137,7 +137,8 @@ class Template:
         return _PLACEHOLDER.sub(fill, self.text)
 
 
-def _literal(text: str) -> str:
+def _literal_tokens(text: str) -> list[str]:
+    """The regex for `text`, one token per character (a run of spaces is one token)."""
     out = []
     i = 0
     while i < len(text):
@@ -151,18 +152,51 @@ def _literal(text: str) -> str:
             i = j
             continue
         if ch in _QUOTES:
-            out.append("[`'\"\u2018\u2019]")
+            out.append("[`'\"\u2018\u2019]?")  # any quote, or none: Markdown eats backticks
         elif ch in "/\\":
             out.append(r"[\\/]{1,2}")  # either separator; Windows paths are often pasted doubled
         else:
             out.append(re.escape(ch))
         i += 1
-    return "".join(out)
+    return out
+
+
+def _literal(text: str) -> str:
+    return "".join(_literal_tokens(text))
 
 
 def _literal_width(text: str) -> int:
     """The most characters `_literal(text)` can match (runs of spaces match up to four)."""
     return sum(4 if ch == " " else 2 if ch in "/\\" else 1 for ch in text)
+
+
+def _template_elements(text: str) -> list[tuple[str, str, str]]:
+    """The template as ("lit", text, "") and ("ph", kind, name) elements, in order; a name used
+    twice captures only the first time (its later places get name "")."""
+    elements: list[tuple[str, str, str]] = []
+    names: set[str] = set()
+    pos = 0
+    pending = ""
+    for m in _PLACEHOLDER.finditer(text):
+        pending += text[pos:m.start()]
+        pos = m.end()
+        if m.group(0) in ("{{", "}}"):
+            pending += m.group(0)[0]
+            continue
+        elements.append(("lit", pending, ""))
+        pending = ""
+        name, kind = m.group(1), m.group(2) or ""
+        if kind not in PLACEHOLDER_KINDS:
+            raise KnowledgeBaseError(f"template {text!r}: unknown placeholder kind {kind!r}")
+        elements.append(("ph", kind, name if name and name not in names else ""))
+        names.add(name)
+    elements.append(("lit", pending + text[pos:], ""))
+    return elements
+
+
+def _placeholder(kind: str, name: str) -> str:
+    body = PLACEHOLDER_KINDS[kind]
+    return f"(?P<{name}>{body})" if name else f"(?:{body})"
 
 
 def template_regex(text: str) -> tuple[str, str, list[str], int]:
@@ -172,47 +206,48 @@ def template_regex(text: str) -> tuple[str, str, list[str], int]:
     line the template can match contains it and it finds candidate lines in large logs: the
     message's opening words when they are long enough (they survive wrapping), else the longest
     stretch. `reach` is the most characters a match can start before the keyword, so the matcher
-    searches from there instead of trying every position of a long line."""
-    elements: list[tuple[str, str]] = []  # ("lit", text) or ("ph", kind), in order
+    searches from there instead of trying every position of a long line. A final full stop is
+    optional: issue titles and retyped messages drop it."""
+    elements = _template_elements(text)
     parts: list[str] = []
-    names: list[str] = []
-    pos = 0
-    pending = ""
-    for m in _PLACEHOLDER.finditer(text):
-        pending += text[pos:m.start()]
-        pos = m.end()
-        if m.group(0) in ("{{", "}}"):
-            pending += m.group(0)[0]
-            continue
-        parts.append(_literal(pending))
-        elements.append(("lit", pending))
-        pending = ""
-        name, kind = m.group(1), m.group(2) or ""
-        if kind not in PLACEHOLDER_KINDS:
-            raise KnowledgeBaseError(f"template {text!r}: unknown placeholder kind {kind!r}")
-        body = PLACEHOLDER_KINDS[kind]
-        if name and name not in names:
-            names.append(name)
-            parts.append(f"(?P<{name}>{body})")
+    for i, (what, value, name) in enumerate(elements):
+        if what == "ph":
+            parts.append(_placeholder(value, name))
+        elif i == len(elements) - 1 and value.endswith(".") and not value.endswith(".."):
+            after_placeholder = value == "."
+            parts.append(_literal(value[:-1]) + (r"(?:\.|$)" if after_placeholder else r"\.?"))
         else:
-            parts.append(f"(?:{body})")
-        elements.append(("ph", kind))
-    pending += text[pos:]
-    parts.append(_literal(pending))
-    elements.append(("lit", pending))
-    literals = [value for what, value in elements if what == "lit"]
-    pieces = [p.strip() for lit in literals for p in _KEY_SPLIT.split(lit)]
+            parts.append(_literal(value))
+    names = [name for what, _, name in elements if what == "ph" and name]
+    literals = [value for what, value, _ in elements if what == "lit"]
+    pieces = [p.strip().removesuffix(".").strip() for lit in literals for p in _KEY_SPLIT.split(lit)]
     leading = pieces[0] if pieces and text[:1] != "{" else ""
     keyword = leading if len(leading) >= _LEADING_KEYWORD else max(pieces, key=len, default="")
     if len(keyword) < 4:
         raise KnowledgeBaseError(f"template {text!r}: needs a literal stretch of at least 4 characters")
     reach = 0
-    for what, value in elements:
+    for what, value, _ in elements:
         if what == "lit" and keyword in value:
             reach += _literal_width(value[:value.index(keyword)])
             break
         reach += _literal_width(value) if what == "lit" else PLACEHOLDER_WIDTHS[value]
     return "".join(parts), keyword, names, reach
+
+
+def template_cut_regex(text: str) -> str | None:
+    """A regex for the template cut short by the end of the line: any prefix of it (cut anywhere,
+    mid-word included) followed only by spaces up to the end. None when the template starts with
+    a placeholder (a prefix of it could start anywhere). Each character is one optional step
+    nested in the previous one, so matching stays linear."""
+    if text[:1] == "{" and not text.startswith("{{"):
+        return None
+    tokens: list[str] = []
+    for what, value, name in _template_elements(text):
+        tokens.extend(_literal_tokens(value) if what == "lit" else [_placeholder(value, name)])
+    regex = ""
+    for token in reversed(tokens[1:]):
+        regex = f"(?:{token}{regex})?"
+    return tokens[0] + regex + r"[ \t]*$"
 
 
 # --- entries ---------------------------------------------------------------------------------------
@@ -236,6 +271,18 @@ class Pattern:
             return re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
         except re.error as exc:
             raise KnowledgeBaseError(f"pattern {self.name!r}: bad regex: {exc}") from None
+
+    @functools.cached_property
+    def cut(self) -> tuple[re.Pattern[str], int] | None:
+        """For a message template: (regex of the template cut short by the end of the line, the
+        fewest characters such a cut must keep: 60% of the template's literal text, at least 20)."""
+        if self.template is None or self.role != "anchor":
+            return None
+        source = template_cut_regex(self.template.text)
+        if source is None:
+            return None
+        literal = len(_PLACEHOLDER.sub("", self.template.text))
+        return re.compile(source, re.IGNORECASE if self.ignore_case else 0), max(20, int(0.6 * literal))
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,23 @@
 
 The rules, in order:
 
-1. Candidate lines. Every pattern names a literal `keyword` (for a message template, its longest
-   literal stretch); only lines containing it are tried, so a 100 MB log costs a few substring
-   searches per chunk, not a regex per line. At most `_MAX_LINES_PER_KEYWORD` candidate lines per
-   keyword and chunk are tried (a log repeating one warning a million times adds nothing after the
-   first few), and a pattern sees at most `_WINDOW` characters either side of the keyword, so no
-   line, however long, costs more than a bounded amount of work.
+1. Candidate lines. Every pattern names a literal `keyword` (for a message template, its opening
+   words or longest literal stretch); only lines containing it are tried. Most keywords are found
+   in one regex pass per chunk over a trie of short "needles" that start with a character rare in
+   ordinary text, so a 100 MB log costs a few scans, not a regex per line per keyword; each
+   candidate line (once per shape: lines differing only in digits are tried once) is then
+   checked for the keywords whose needles it holds. At most
+   `_MAX_LINES_PER_KEYWORD` lines per keyword and chunk are tried (a log repeating one warning a
+   million times adds nothing after the first few), and a pattern sees at most `_WINDOW`
+   characters either side of its keyword, so no line, however long, costs more than a bounded
+   amount of work.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
    gpudoctor.predicates) holds for the values it captured; the predicate's sentence becomes the
-   deciding evidence. A message template whose regex fails on a line that holds its keyword (at
-   least `_FRAGMENT_MIN` characters long) still counts, at `_FRAGMENT_FACTOR` of its weight: the
-   message was wrapped or cut when it was pasted.
+   deciding evidence. When no pattern of a keyword matches a line that holds it, a message
+   template still counts, at `_FRAGMENT_FACTOR` of its weight, if the line ends inside it (the
+   message cut short: at least 60% of its literal text, at least 20 characters, and its predicate
+   still holds) or if the keyword is the template's opening words and at least `_FRAGMENT_MIN`
+   characters long (the message wrapped onto the next line).
 3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
    of its `support` patterns or derived facts did. Support patterns alone never match anything.
 4. Derived facts (the entry's `facts`) look at all values the entry captured, across lines, and
@@ -22,15 +28,17 @@ The rules, in order:
 5. Confidence is 1 - prod(1 - weight) over the distinct patterns and facts that matched, capped
    at 0.99, then scaled by (1 - weight) for every `against` pattern that matched (a compiler frame
    beside a "must be contiguous", a DataLoader frame beside "not resizable").
-6. Precedence. An entry that `supersedes` another demotes it when both match and it is at least
-   as confident. A `generic` entry (the "might be asynchronously reported" trailer, a
-   torch.compile failure that wraps the real error) is only context beside a confident specific
-   match: its confidence is capped at `_CONTEXT_CAP`.
+6. Precedence. An entry that `supersedes` another (a more specific reading of the same message)
+   demotes it when both match and it is confident, or nearly as confident. A `generic` entry
+   (the "might be asynchronously reported" trailer, a torch.compile failure that wraps the real
+   error) is only context beside a confident specific match: its confidence is capped at
+   `_CONTEXT_CAP`.
 7. A log, not a line. Every match knows the lines it came from (counted across chunks). The
    first `sticky` error (one that poisons the CUDA context: a device-side assert, an illegal
    address) is the root cause; later sticky or `consequence` matches are demoted to context as its
    consequences. A `consequence` entry (an NCCL watchdog timeout) that follows another confident
-   specific match is demoted the same way.
+   specific match is demoted the same way; among consequence entries alone, the first one is the
+   root of the later ones.
 8. Ranking: context last, then confidence, then the entry's `specificity`, then the first line.
    Matches under `_MIN_CONFIDENCE` are dropped.
 
@@ -47,6 +55,9 @@ from gpudoctor.kb import Entry, Pattern, load_all
 from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES, parse_size  # noqa: F401 (parse_size re-exported)
 
 _MAX_LINES_PER_KEYWORD = 64
+_MAX_CANDIDATE_LINES = 8192  # lines holding a needle, per chunk
+_MAX_SHAPES = 100_000
+_NEEDLE_CHARS = 12
 _MAX_EVIDENCE_PER_ENTRY = 6
 _MAX_HITS_KEPT = 48
 _MAX_LINE_CHARS = 400
@@ -58,8 +69,8 @@ _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
 
+_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
 _ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
-_SPACES = re.compile(r"[ \t]{2,}|\t")
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,20 @@ class Matcher:
             for pattern in entry.patterns:
                 key = (pattern.keyword, pattern.ignore_case)
                 self._by_keyword.setdefault(key, []).append((entry, pattern))
+        # Most keywords are found by one regex pass per chunk over a trie of their "needles" (a
+        # stretch of each keyword that starts with a character rare in ordinary text), so the
+        # search skips most positions at C speed; the rest (and case-insensitive keywords) are
+        # searched one by one (rule 1).
+        self._by_needle: dict[str, list[tuple[str, bool]]] = {}
+        self._plain: list[tuple[str, bool]] = []
+        self._order = {key: n for n, key in enumerate(self._by_keyword)}
+        for key in self._by_keyword:
+            needle = None if key[1] else _needle(key[0])
+            if needle is None:
+                self._plain.append(key)
+            else:
+                self._by_needle.setdefault(needle, []).append(key)
+        self._trigger = re.compile(_trie(list(self._by_needle))) if self._by_needle else None
         # Templates whose opening words are their keyword: a line that has those words but not
         # the rest is the same message, wrapped or cut when it was pasted (rule 2).
         self._fragmentable = {
@@ -163,45 +188,99 @@ class Matcher:
             and (p.template.text.lower() if p.ignore_case else p.template.text).startswith(p.keyword)
         }
         self._hits: dict[str, _Hits] = {}
+        self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
 
     def feed(self, chunk: str) -> None:
         if "\x1b" in chunk:
             chunk = _ANSI.sub("", chunk)
-        # Runs of spaces become one: pasted text is re-spaced (tables, wrapped terminals), and
-        # keywords hold single spaces. Newlines stay, so line numbers do not change.
-        chunk = _SPACES.sub(" ", chunk)
+        chunk = _single_spaced(chunk)
         index = _LineIndex(chunk, self._lines_before)
+        lines_seen = dict.fromkeys(self._by_keyword, 0)
+        if self._trigger is not None:
+            # One pass finds every line holding a needle; each line (once per distinct text) is
+            # then checked for every keyword.
+            done = self._shapes
+            if len(done) > _MAX_SHAPES:
+                done.clear()
+            for start, window, _ in _windows_matching(chunk, self._trigger, _MAX_CANDIDATE_LINES):
+                shape = window.translate(_DIGITS_TO_ZERO)  # a cascade repeats one message shape
+                if shape in done:
+                    continue
+                done.add(shape)
+                for key in self._keywords_in(window):
+                    if lines_seen[key] < _MAX_LINES_PER_KEYWORD:
+                        at = window.find(key[0])
+                        if at >= 0:
+                            lines_seen[key] += 1
+                            self._try_line(self._by_keyword[key], window, start, index, at)
         lowered: str | None = None
-        for (keyword, ignore_case), users in self._by_keyword.items():
+        for key in self._plain:
+            keyword, folded = key
             haystack = chunk
-            if ignore_case:
+            if folded:
                 if lowered is None:
                     lowered = chunk.lower()
                     if len(lowered) != len(chunk):  # U+0130 lower-cases to two characters
                         lowered = chunk.replace("\u0130", "I").lower()
                 haystack = lowered
-            for start, window, at in _windows_containing(haystack, chunk, keyword):
-                understood = False
-                fragments = []
-                for entry, pattern in users:
-                    # A template cannot start more than `reach` characters before its keyword.
-                    m = pattern.regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
-                    if m is not None:
-                        understood = True
-                        decided = None
-                        if pattern.when is not None:
-                            decided = LINE_PREDICATES[pattern.when](m.groupdict())
-                            if decided is None:
-                                continue  # the values on this line say it is the look-alike
-                        self._record(entry, pattern, pattern.weight, window, start, index, m, decided)
-                    elif id(pattern) in self._fragmentable:
-                        fragments.append((entry, pattern))
-                if not understood:
-                    # The opening words of a message without the rest: wrapped or cut (rule 2).
-                    for entry, pattern in fragments:
-                        self._record(entry, pattern, pattern.weight * _FRAGMENT_FACTOR, window, start, index)
+            for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
+                self._try_line(self._by_keyword[key], window, start, index, at)
         self._lines_before += chunk.count("\n")
+
+    def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
+        """The keywords whose needle occurs in `window`, in knowledge-base order. The trie finds
+        the longest needle at each position; the shorter needles it passes through count too."""
+        found: set[tuple[str, bool]] = set()
+        pos = 0
+        assert self._trigger is not None
+        while (m := self._trigger.search(window, pos)) is not None:
+            text = m.group(0)
+            for end in range(4, len(text) + 1):
+                found.update(self._by_needle.get(text[:end], ()))
+            pos = m.start() + 1
+        return sorted(found, key=self._order.__getitem__)
+
+    def _try_line(self, users: list[tuple[Entry, Pattern]], window: str, start: int,
+                  index: _LineIndex, at: int) -> None:
+        """Every pattern of one keyword against one line (`at`: where the keyword is)."""
+        understood = False
+        fragments = []
+        for entry, pattern in users:
+            # A template cannot start more than `reach` characters before its keyword.
+            m = pattern.regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
+            if m is not None:
+                understood = True
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        continue  # the values on this line say it is the look-alike
+                self._record(entry, pattern, pattern.weight, window, start, index, m, decided)
+            elif pattern.cut is not None or id(pattern) in self._fragmentable:
+                fragments.append((entry, pattern))
+        if not understood:
+            # A message cut short by the end of the line, or its opening words without the
+            # rest: wrapped or cut when it was pasted (rule 2).
+            for entry, pattern in fragments:
+                self._record_fragment(entry, pattern, window, start, index, at)
+
+    def _record_fragment(self, entry: Entry, pattern: Pattern, window: str, start: int,
+                         index: _LineIndex, at: int) -> None:
+        weight = pattern.weight * _FRAGMENT_FACTOR
+        if pattern.cut is not None:
+            regex, fewest = pattern.cut
+            m = regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
+            if m is not None and len(m.group(0).rstrip()) >= fewest:
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        return
+                self._record(entry, pattern, weight, window, start, index, m, decided)
+                return
+        if id(pattern) in self._fragmentable:
+            self._record(entry, pattern, weight, window, start, index)
 
     def _record(self, entry: Entry, pattern: Pattern, weight: float, window: str, start: int,
                 index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None) -> None:
@@ -278,7 +357,7 @@ def _apply_precedence(matches: dict[str, Match]) -> None:
     for m in list(matches.values()):
         for loser in m.entry.supersedes:
             other = matches.get(loser)
-            if other is not None and not other.context_only and m.confidence >= other.confidence * 0.9:
+            if other is not None and not other.context_only and (m.confidence >= CONFIDENT or m.confidence >= other.confidence * 0.9):
                 matches[loser] = _demote(other, m.confidence * 0.5)
     confident = [m for m in matches.values() if not m.entry.generic and m.confidence >= CONFIDENT]
     for m in list(matches.values()):
@@ -296,37 +375,109 @@ def _apply_precedence(matches: dict[str, Match]) -> None:
     live = [m for m in matches.values() if not m.context_only]
     roots = sorted((m for m in live if not m.entry.consequence and not m.entry.generic
                     and m.confidence >= CONFIDENT), key=lambda m: m.first_line)
+    # Without such a root, the first confident consequence-type error is the root of later ones
+    # (an NCCL error, then the watchdog timeout it causes).
+    firsts = sorted((m for m in live if m.entry.consequence and m.confidence >= CONFIDENT),
+                    key=lambda m: m.first_line)
     for m in live:
         if m.entry.consequence:
-            earlier = [r for r in roots if r.first_line < m.first_line]
+            earlier = [r for r in roots if r.first_line < m.first_line] \
+                or [r for r in firsts if r.first_line < m.first_line]
             if earlier:
                 matches[m.id] = _demote(m, min(m.confidence, earlier[0].confidence * 0.5),
                                         (earlier[0].id, earlier[0].first_line))
 
 
-def _windows_containing(haystack: str, original: str, keyword: str) -> Iterable[tuple[int, str, int]]:
+def _windows_containing(haystack: str, original: str, keyword: str,
+                        limit: int = 64) -> Iterable[tuple[int, str, int]]:
     """(offset, text, keyword offset in text) of the line around each occurrence of `keyword` in
     `haystack` (the same text, possibly lower-cased, so offsets agree), cut to `_WINDOW`
-    characters either side of the keyword, each line once, bounded in number. A carriage return ends a line too (progress bars
-    redraw with it); line numbers still count newlines only."""
-    start = 0
+    characters either side of the keyword, each line once, at most `limit` lines."""
+    pos = 0
     found = 0
-    while found < _MAX_LINES_PER_KEYWORD:
-        i = haystack.find(keyword, start)
+    while found < limit:
+        i = haystack.find(keyword, pos)
         if i < 0:
             return
-        lo = max(0, i - _WINDOW)
-        hi = min(len(haystack), i + len(keyword) + _WINDOW)
-        line_start = max(haystack.rfind("\n", lo, i), haystack.rfind("\r", lo, i)) + 1 or lo
-        line_end = hi
-        for stop in ("\n", "\r"):
-            j = haystack.find(stop, i, line_end)
-            if j >= 0:
-                line_end = j
-        yield line_start, original[line_start:line_end], i - line_start
+        start, window, at, pos = _window_at(haystack, original, i, len(keyword))
+        yield start, window, at
         found += 1
-        # One candidate per line; a line cut at the window is searched again after it.
-        start = line_end + 1 if line_end < hi else hi
+
+
+def _window_at(haystack: str, original: str, i: int, length: int) -> tuple[int, str, int, int]:
+    """The line around offset `i` (a carriage return ends a line too: progress bars redraw with
+    it; line numbers still count newlines only), cut to `_WINDOW` characters either side, and
+    where to search next: after the line, or after the window when the line was cut."""
+    lo = max(0, i - _WINDOW)
+    hi = min(len(haystack), i + length + _WINDOW)
+    line_start = haystack.rfind("\n", lo, i) + 1 or lo
+    back = haystack.rfind("\r", line_start, i)
+    if back >= 0:
+        line_start = back + 1
+    line_end = haystack.find("\n", i, hi)
+    if line_end < 0:
+        line_end = hi
+    ahead = haystack.find("\r", i, line_end)
+    if ahead >= 0:
+        line_end = ahead
+    following = line_end + 1 if line_end < hi else hi
+    return line_start, original[line_start:line_end], i - line_start, following
+
+
+def _single_spaced(chunk: str) -> str:
+    """Runs of spaces and tabs become one space: pasted text is re-spaced (tables, wrapped
+    terminals) and keywords hold single spaces. Newlines stay, so line numbers do not change.
+    (str.replace passes, several times faster than a regex over a large chunk.)"""
+    if "\t" in chunk:
+        chunk = chunk.replace("\t", " ")
+    while "  " in chunk:
+        chunk = chunk.replace("    ", " ").replace("  ", " ")
+    return chunk
+
+
+_RARE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_([`<'bfgjkpqvwxyz")
+
+
+def _needle(keyword: str) -> str | None:
+    """The stretch of `keyword` (up to `_NEEDLE_CHARS`, at least 4 characters) that starts at its
+    first character rare in ordinary text (upper case, `_`, brackets, quotes, uncommon letters), or
+    None when it has none: the trigger regex only tries positions holding such a character."""
+    for i, ch in enumerate(keyword):
+        if ch in _RARE_START and len(keyword) - i >= 4:
+            return keyword[i:i + _NEEDLE_CHARS]
+    return None
+
+
+def _trie(words: list[str]) -> str:
+    """A regex matching any of `words`, as a trie of nested alternatives: at each position the
+    engine follows one path, so the cost is the needle length, not the number of needles."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if "" in node:  # a needle ends here: anything longer is optional
+            return "(?:" + "|".join(branches) + ")?" if branches else ""
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return build(root)
+
+
+def _windows_matching(text: str, regex: re.Pattern[str], limit: int) -> Iterable[tuple[int, str, int]]:
+    """As `_windows_containing`, for the lines where `regex` matches."""
+    pos = 0
+    found = 0
+    while found < limit:
+        m = regex.search(text, pos)
+        if m is None:
+            return
+        start, window, at, pos = _window_at(text, text, m.start(), m.end() - m.start())
+        yield start, window, at
+        found += 1
 
 
 def _evidence_text(window: str, keyword: str | None) -> str:

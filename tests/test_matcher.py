@@ -133,7 +133,7 @@ def test_real_trailer_variants_defer_to_the_specific_error():
 
 
 @needs("attention-oom", "cuda-oom")
-def test_real_seed_001_oom_is_attention_oom_with_the_numbers():
+def test_real_attention_oom_is_attention_oom_with_the_numbers():
     text = ("  File \"models/attention.py\", line 351, in _attention\n"
             "    attention_scores = torch.baddbmm(\n"
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.50 GiB. GPU 0 has a total "

@@ -74,12 +74,6 @@ _ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
 
 
 @dataclass(frozen=True)
-class Evidence:
-    line: int  # 1-based line number in the whole input
-    text: str
-
-
-@dataclass(frozen=True)
 class Match:
     entry: Entry
     confidence: float

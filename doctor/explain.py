@@ -1,13 +1,23 @@
-"""`gpudoctor explain` and `gpudoctor list`: the result object and its renderers.
+"""`gpudoctor explain` and `gpudoctor list`: the result object and its renderers (text for people,
+JSON, Markdown). Renderers write what they are given; they decide nothing about exit codes.
 
-The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION) is
+The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in the README) is
 
-    {"schema_version": "1.0",
-     "matches": [{"id", "title", "confidence", "evidence", "captures", "context_only"}, ...],
-     "entry": {...the best match's full entry...} | null}
+    {"schema_version": "1.1",
+     "verdict": {"id", "title", "cause", "quick_fix", "confidence", "line"} | null,
+     "matches": [{"id", "title", "confidence", "evidence", "captures", "context_only",
+                  "line", "evidence_lines", "decided_by", "against", "consequence_of"}, ...],
+     "entry": {...the best match's full entry, or the entry asked for by id...} | null}
 
-with `matches` best first and empty when nothing known matched. Renderers write to the rich
-Console they are given; they decide nothing about exit codes.
+with `matches` best first and empty when nothing known matched. 1.1 added `verdict`, the
+per-match `line`, `evidence_lines`, `decided_by`, `against` and `consequence_of`, and the entry's
+`cause`, `quick_fix` and `misconceptions`; every 1.0 field is still there.
+
+Text output puts the verdict first (the best match, its cause and fix, and where in the input it
+was found), then the other matches, then the entry in full. Everything taken from the user's text
+goes through gpudoctor.safetext: it is shown as text, never as markup or escape sequences. Patches,
+commands and URLs are printed unwrapped (soft wrap), so a copy from a narrow terminal keeps every
+line whole; prose wraps at word boundaries with hanging indents.
 """
 from __future__ import annotations
 
@@ -22,7 +32,9 @@ if TYPE_CHECKING:
 
     from gpudoctor.matcher import Match
 
-EXPLAIN_SCHEMA_VERSION = "1.0"
+EXPLAIN_SCHEMA_VERSION = "1.1"
+_EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut it at words)
+_VERDICT_EVIDENCE = 3
 
 
 @dataclass(frozen=True)
@@ -37,10 +49,15 @@ class Explanation:
         return self.matches[0] if self.matches else None
 
 
+# --- JSON ------------------------------------------------------------------------------------------
+
+
 def entry_to_dict(entry: Entry) -> dict[str, Any]:
     return {
         "id": entry.id,
         "title": entry.title,
+        "cause": entry.cause,
+        "quick_fix": entry.quick_fix,
         "aliases": list(entry.aliases),
         "what": entry.what,
         "why": list(entry.why),
@@ -50,14 +67,31 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
         "applicability": entry.applicability,
         "fix_safety": entry.fix_safety,
         "probes": list(entry.probes),
-        "corrections": [{"claim": c.claim, "truth": c.truth} for c in entry.corrections],
-        "references": [{"title": r.title, "url": r.url, "seed": r.seed} for r in entry.references],
+        "misconceptions": [{"claim": m.claim, "truth": m.truth, "evidence": m.evidence} for m in entry.misconceptions],
+        # 1.0 called them corrections; kept so that 1.0 readers still find them.
+        "corrections": [{"claim": m.claim, "truth": m.truth} for m in entry.misconceptions],
+        "references": [{"title": r.title, "url": r.url, "seed": None} for r in entry.references],
+    }
+
+
+def _verdict(explanation: Explanation) -> dict[str, Any] | None:
+    best, entry = explanation.best, explanation.entry
+    if entry is None:
+        return None
+    return {
+        "id": entry.id,
+        "title": entry.title,
+        "cause": entry.cause,
+        "quick_fix": entry.quick_fix,
+        "confidence": round(best.confidence, 3) if best else None,
+        "line": (best.first_line or None) if best else None,
     }
 
 
 def to_json(explanation: Explanation) -> str:
     data = {
         "schema_version": EXPLAIN_SCHEMA_VERSION,
+        "verdict": _verdict(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
     }
@@ -72,18 +106,169 @@ def list_json(entries: tuple[Entry, ...]) -> str:
     )
 
 
-def render_matches(matches: tuple[Match, ...], console: Console) -> None:
-    from rich.table import Table
+# --- text for people -------------------------------------------------------------------------------
 
-    table = Table(title="Known failures in this text", title_justify="left", expand=False)
-    table.add_column("#", justify="right")
-    table.add_column("id", style="bold")
-    table.add_column("confidence", justify="right")
-    table.add_column("evidence", overflow="fold")
-    for rank, m in enumerate(matches, 1):
-        label = f"{m.confidence:.0%}" + (" (context)" if m.context_only else "")
-        table.add_row(str(rank), m.id, label, "\n".join(m.evidence[:3]))
-    console.print(table)
+
+def _where(m: Match) -> str:
+    return f"line {m.first_line}" if m.first_line else "the text"
+
+
+def _hanging(console: Console, label: str, body: str, indent: int = 2, *, label_style: str = "",
+             style: str = "", untrusted: bool = False) -> None:
+    """`label` then `body` wrapped at word boundaries to the console width, continuation lines
+    indented under the body: a bullet or a "Fix:" line that wraps at 80 columns still reads as
+    one item. Words longer than a line are not cut (the terminal wraps them), and nothing is
+    padded with trailing spaces. Untrusted text goes through safetext first."""
+    import textwrap
+
+    from rich.text import Text
+
+    if untrusted:
+        from gpudoctor.safetext import visible
+
+        body = visible(body, _EVIDENCE_CHARS)
+    pad = max(indent, len(label) + 1) if label else indent
+    width = max(20, (console.width or 80) - pad)
+    lines: list[str] = []
+    for paragraph in body.split("\n"):
+        lines += textwrap.wrap(paragraph, width, break_long_words=False, break_on_hyphens=False) or [""]
+    for i, line in enumerate(lines):
+        out = Text()
+        out.append((label if i == 0 else "").ljust(pad), style=label_style if i == 0 else "")
+        out.append(line, style=style)
+        console.print(out, soft_wrap=True)
+
+
+def _t(text: str, style: str = "") -> Any:
+    """Our own (knowledge-base) prose as a Text: never parsed as markup, so `[sm80, sm121]`
+    and the like print as written."""
+    from rich.text import Text
+
+    return Text(text, style=style)
+
+
+def _print_unwrapped(console: Console, text: Any) -> None:
+    """Code, patches, commands and URLs: never folded or wrapped by us. The terminal may wrap a
+    long line visually, but it stays one line when copied."""
+    console.print(text, soft_wrap=True)
+
+
+def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
+    """The best match first (id, confidence and line; its cause, fix and the lines that decided
+    it), then one line for every other match."""
+    if not matches:
+        return
+    from rich.text import Text
+
+    best = matches[0]
+    head = Text()
+    head.append(best.id, style="bold")  # ids are never truncated: a line of their own
+    console.print(head, soft_wrap=True)
+    console.print(_t(best.entry.title))
+    found = Text(f"{best.confidence:.0%} confident, from {_where(best)} of the input", style="dim")
+    console.print(found)
+    _hanging(console, "Cause:", best.entry.cause, 7, label_style="bold")
+    _hanging(console, "Fix:", best.entry.quick_fix, 7, label_style="bold")
+    shown: set[str] = set()
+    for text, line in list(zip(best.evidence, best.lines))[:_VERDICT_EVIDENCE]:
+        _hanging(console, f"line {line}:" if line else "Fact:", text, 7, label_style="dim", untrusted=True)
+        shown.add(text)
+    for fact in best.decided_by:
+        if fact not in shown:
+            _hanging(console, "Decided:", fact, 7, label_style="dim", untrusted=True)
+            shown.add(fact)
+    for text in best.against:
+        _hanging(console, "Against:", text, 7, label_style="dim", untrusted=True)
+    for line in best.context_lines():
+        _hanging(console, "•", line, 7, untrusted=True)
+
+    others = matches[1:]
+    if others:
+        console.print()
+        console.print(_t("Also in this text", style="bold"))
+        for rank, m in enumerate(others, 2):
+            if m.consequence_of:
+                root_id, root_line = m.consequence_of
+                note = f"after {root_id}" + (f" (line {root_line})" if root_line else "") + ": a consequence"
+            elif m.context_only:
+                note = "context"
+            else:
+                note = f"{m.confidence:.0%}"
+            head = Text(f"{rank}. ")
+            head.append(m.id, style="bold")
+            head.append(f"  {note}, {_where(m)}", style="dim")
+            console.print(head, soft_wrap=True)
+            first = next((t for t in m.evidence if t not in shown), None)
+            if first is not None:
+                _hanging(console, "", first, 4, untrusted=True)
+                shown.add(first)
+
+
+def render_matches(matches: tuple[Match, ...], console: Console) -> None:
+    """Kept for callers of the 1.0 renderer: the verdict and the other matches."""
+    render_verdict(matches, console)
+
+
+def render_entry(entry: Entry, console: Console, match: Match | None = None) -> None:
+    """An entry in full: what, why, fix, patch (highlighted, unwrapped), safety, misconceptions,
+    references. Without a match (explain by id) it starts with the id, title, cause and fix."""
+    from rich.rule import Rule
+    from rich.text import Text
+
+    if match is None:
+        console.print(Text(entry.id, style="bold"), soft_wrap=True)
+        console.print(_t(entry.title))
+        _hanging(console, "Cause:", entry.cause, 7, label_style="bold")
+        _hanging(console, "Fix:", entry.quick_fix, 7, label_style="bold")
+        console.print()
+    console.print(Rule(Text(f"{entry.id}: the full story"), align="left", style="dim"))
+    console.print(_t("What happened", style="bold"))
+    _hanging(console, "", entry.what, 0)
+    console.print()
+    console.print(_t("Why", style="bold"))
+    for cause in entry.why:
+        _hanging(console, "•", cause, 2)
+    console.print()
+    console.print(_t("Fix", style="bold"))
+    for n, step in enumerate(entry.fix, 1):
+        _hanging(console, f"{n}.", step, 3)
+    console.print()
+    console.print(_t("Patch", style="bold"))
+    _hanging(console, f"{entry.applicability}:" if entry.fix_safety else entry.applicability,
+             entry.fix_safety, 2, label_style="dim")
+    if console.color_system is None:
+        # No colour (a pipe, a file, NO_COLOR): highlighting would be thrown away; skip the lexer.
+        patch = Text(entry.patch)
+    else:
+        from rich.syntax import Syntax
+
+        patch = Syntax(entry.patch, _lexer(entry.patch_lang), theme="ansi_dark",
+                       background_color="default").highlight(entry.patch)
+        patch.rstrip()
+    _print_unwrapped(console, patch)
+    if entry.misconceptions:
+        console.print()
+        console.print(_t("Common misconceptions", style="bold"))
+        for item in entry.misconceptions:
+            _hanging(console, "• Claim:", item.claim, 16)
+            _hanging(console, "  What is true:", item.truth, 16)
+            _hanging(console, "  Evidence:", item.evidence, 16, label_style="dim")
+    console.print()
+    console.print(_t("References", style="bold"))
+    for ref in entry.references:
+        _hanging(console, "•", ref.title, 2)
+        _print_unwrapped(console, Text("  " + ref.url))
+    if entry.probes:
+        console.print()
+        console.print(_t("Check this machine:", style="dim"))
+        _print_unwrapped(console, Text("  gpudoctor scan " + " ".join(f"--probe {p}" for p in entry.probes)))
+
+
+def render_text(explanation: Explanation, console: Console) -> None:
+    """The whole text report: the verdict first, then the entry in full."""
+    render_verdict(explanation.matches, console)
+    if explanation.entry is not None:
+        render_entry(explanation.entry, console, explanation.best)
 
 
 def _lexer(name: str):
@@ -100,50 +285,66 @@ def _lexer(name: str):
     return name
 
 
-def render_entry(entry: Entry, console: Console, match: Match | None = None) -> None:
-    """An entry in full: what, why, fix, patch (highlighted), safety, corrections, references."""
-    from rich.markup import escape
-    from rich.rule import Rule
+# --- Markdown ------------------------------------------------------------------------------------
 
-    console.print(Rule(f"[bold]{escape(entry.title)}[/]  [dim]({entry.id})[/]", align="left"))
-    console.print(escape(entry.what))
-    if match is not None:
-        found = match.context_lines()
-        if found:
-            console.print()
-            console.print("[bold]In your text[/]")
-            for line in found:
-                console.print(f"  • {escape(line)}")
-    console.print()
-    console.print("[bold]Why[/]")
-    for cause in entry.why:
-        console.print(f"  • {escape(cause)}")
-    console.print()
-    console.print("[bold]Fix[/]")
-    for n, step in enumerate(entry.fix, 1):
-        console.print(f"  {n}. {escape(step)}")
-    console.print()
-    safety = entry.applicability + (f": {entry.fix_safety}" if entry.fix_safety else "")
-    console.print(f"[bold]Patch[/] [dim]({escape(safety)})[/]")
-    if console.color_system is None:
-        # No colour (a pipe, a file, NO_COLOR): highlighting would be thrown away, skip the lexer.
-        console.print(escape(entry.patch), soft_wrap=True)
-    else:
-        from rich.syntax import Syntax
 
-        console.print(Syntax(entry.patch, _lexer(entry.patch_lang), theme="ansi_dark",
-                             background_color="default", word_wrap=True))
-    if entry.corrections:
-        console.print()
-        console.print("[bold]Corrections to the field notes[/]")
-        for c in entry.corrections:
-            console.print(f"  • [dim]Claim:[/] {escape(c.claim)}")
-            console.print(f"    [dim]True:[/] {escape(c.truth)}")
-    console.print()
-    console.print("[bold]References[/]")
-    for r in entry.references:
-        where = r.url or f"field note {r.seed}"
-        console.print(f"  • {escape(r.title)}: {escape(where)}")
-    if entry.probes:
-        probes = " ".join(f"--probe {p}" for p in entry.probes)
-        console.print(f"\n[dim]Check this machine: gpudoctor scan {probes}[/]")
+def _md_inline(text: str) -> str:
+    """Untrusted text inside Markdown: visible characters only, and no Markdown or HTML."""
+    from gpudoctor.safetext import visible
+
+    text = visible(text, _EVIDENCE_CHARS).replace("\n", " ")
+    for ch in "\\`*_[]<>|#":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _fence(code: str, lang: str) -> str:
+    ticks = "```"
+    while ticks in code:
+        ticks += "`"
+    return f"{ticks}{lang}\n{code}\n{ticks}"
+
+
+def render_markdown(explanation: Explanation) -> str:
+    """The same report as Markdown, for a bug ticket."""
+    out: list[str] = []
+    best, entry = explanation.best, explanation.entry
+    if entry is None:
+        return "No known failure matched this text. Run `gpudoctor scan` to probe this machine.\n"
+    out.append(f"## `{entry.id}`: {entry.title}")
+    out.append("")
+    if best is not None:
+        out.append(f"**{best.confidence:.0%} confident**, from {_where(best)} of the input.")
+        out.append("")
+    out.append(f"**Cause:** {entry.cause}")
+    out.append("")
+    out.append(f"**Fix:** {entry.quick_fix}")
+    if best is not None:
+        out.append("")
+        for text, line in zip(best.evidence, best.lines):
+            out.append(f"- {'line ' + str(line) if line else 'fact'}: {_md_inline(text)}")
+        for fact in best.decided_by:
+            if fact not in best.evidence:
+                out.append(f"- decided by: {_md_inline(fact)}")
+    if len(explanation.matches) > 1:
+        out += ["", "### Also in this text", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
+        for rank, m in enumerate(explanation.matches[1:], 2):
+            label = "context" if m.context_only else f"{m.confidence:.0%}"
+            if m.consequence_of:
+                label = f"consequence of `{m.consequence_of[0]}`"
+            out.append(f"| {rank} | `{m.id}` | {label} | {m.first_line or ''} |")
+    out += ["", "### What happened", "", entry.what, "", "### Why", ""]
+    out += [f"- {w}" for w in entry.why]
+    out += ["", "### Fix", ""]
+    out += [f"{n}. {step}" for n, step in enumerate(entry.fix, 1)]
+    out += ["", f"### Patch ({entry.applicability})", ""]
+    if entry.fix_safety:
+        out += [entry.fix_safety, ""]
+    out.append(_fence(entry.patch, entry.patch_lang))
+    if entry.misconceptions:
+        out += ["", "### Common misconceptions", ""]
+        for m in entry.misconceptions:
+            out.append(f"- **Claim:** {m.claim}  \n  **What is true:** {m.truth}  \n  **Evidence:** {m.evidence}")
+    out += ["", "### References", ""]
+    out += [f"- [{r.title}]({r.url})" for r in entry.references]
+    return "\n".join(out) + "\n"

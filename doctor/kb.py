@@ -4,37 +4,65 @@ An entry file `<id>.toml` holds:
 
     id            kebab-case, stable (a user-facing name); equals the file name
     title         one line
+    cause         the verdict in one line: what went wrong, for a person reading a log
+    quick_fix     the first thing to do, in one line
     aliases       other names a user may type (error codes, short names)
     applicability "safe" | "unsafe" | "display-only": how safe the patch is to apply blindly
     fix_safety    one sentence, required unless applicability is "safe"
     probes        ids of the probes that can detect this failure
     specificity   0..100, how specific the recognised text is; breaks ties between matches
-    generic       true only for boilerplate that other errors carry too (the async trailer)
+    generic       true for wrappers and boilerplate that other errors carry too (the async trailer,
+                  a torch.compile failure that wraps the real error): only context beside a
+                  confident specific match
+    sticky        true for errors that poison the CUDA context (every later CUDA call fails): in a
+                  log, later CUDA errors are consequences of the first sticky one
+    consequence   true for errors that are usually a symptom of a failure elsewhere (an NCCL
+                  watchdog timeout, a cuBLAS execution failure): they rank below an earlier
+                  specific error in the same log
     supersedes    ids this entry outranks when both match (attention-oom supersedes cuda-oom)
+    templates_from ids whose message templates this entry also recognises (attention-oom reads
+                  cuda-oom's out-of-memory messages, then needs its own evidence)
     min_support   how many `support` patterns (or derived facts) must match besides an anchor
+    facts         derived facts the matcher computes from captured values (see gpudoctor.matcher)
     what          what happened, for a person who just saw the error
     why           the root causes (list)
     fix           ordered steps (list)
     patch         a unified diff or before/after snippet of the typical fix
     patch_lang    "diff" or "python" (or any Pygments lexer name) for highlighting
     context       lines shown when values were captured from the pasted text, with `{name}`
-                  placeholders naming a regex group (a line whose names were not all captured is
+                  placeholders naming a capture (a line whose names were not all captured is
                   left out)
-    [[corrections]]  claim / truth: where a field note is wrong or dated
-    [[references]]   title plus url or seed (a file name in the field notes)
-    [[patterns]]     name, regex, keyword, weight (0..1), role ("anchor" | "support"),
-                     optional ignore_case; `keyword` is a literal substring every match contains,
-                     used to find candidate lines fast in large logs (lower-case when ignore_case)
-    [[examples]]     text, source (URL of the public report it was copied from)
+    origin        where the knowledge came from (the public case, or the internal case file):
+                  provenance for maintainers, never printed
+    [[misconceptions]] claim / truth / evidence: a common belief about this error that is wrong
+    [[references]]     title and url of a public reference
+    [[templates]]      the message catalogue: `text` is a message exactly as the code that raises
+                       it builds it, `{name}` (or `{name:kind}`) marks a value filled in at run
+                       time and becomes a capture, `{{`/`}}` are literal braces; `project`,
+                       `file` and `versions` say where it comes from; optional `weight`
+                       (default 0.9), `role`, `when` (a line predicate, see the matcher),
+                       `values` (sample values for the catalogue test) and `ignore_case`
+    [[patterns]]       hand-written regexes for what is not a message template (stack frames,
+                       tracker spellings): name, regex, keyword, weight (0..1),
+                       role ("anchor" | "support" | "against"), optional ignore_case and when;
+                       `keyword` is a literal substring every match contains, used to find
+                       candidate lines fast in large logs (lower-case when ignore_case)
+    [[examples]]       text, source (URL of the public report it was copied from)
+
+Templates become patterns when the entry loads (`template_regex`): literal text is escaped, a run
+of spaces matches up to four spaces or tabs (or none after punctuation), any quote matches any
+quote (sources print `x', 'x' and `x` for the same thing), and every placeholder is bounded, so
+each pattern runs in time linear in the line it is given.
 
 Loading is lazy and cached; nothing is read on import.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 try:
@@ -43,12 +71,186 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, published as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 APPLICABILITY = ("safe", "unsafe", "display-only")
-ROLES = ("anchor", "support")
+ROLES = ("anchor", "support", "against")
 ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+DEFAULT_TEMPLATE_WEIGHT = 0.9
 
 
 class KnowledgeBaseError(ValueError):
     """An entry file is malformed; the message names the file and the field."""
+
+
+# --- message templates -----------------------------------------------------------------------------
+
+# What a placeholder may stand for. Every class is bounded so that no pattern can backtrack
+# without limit; the default is a short stretch of any text, matched lazily up to what follows.
+PLACEHOLDER_KINDS: dict[str, str] = {
+    "": r"[^\n]{1,160}?",
+    "text": r"[^\n]{1,160}?",
+    "rest": r"[^\n]{0,300}",  # greedy: everything to the end of the line (bounded)
+    "int": r"-?\d{1,20}",
+    "num": r"-?[\d.]{1,24}",
+    "size": r"[\d.]{1,24} ?(?:[KMGTP]i?B|bytes|B)",
+    "word": r"[\w.:<>\-]{1,100}",  # a type, dtype, device or identifier: c10::BFloat16, cuda:0
+    "path": r"[^\s'\"`]{1,400}",
+    "hex": r"(?:0x)?[0-9a-fA-F]{1,32}",
+    "tuple": r"\(?[\d, ]{1,40}\)?",  # (8, 0) or 8.0-ish capability tuples and shapes
+}
+PLACEHOLDER_WIDTHS = {kind: int(re.findall(r"\{\d+,(\d+)\}", body)[0]) + (12 if kind == "size" else 4)
+                      for kind, body in PLACEHOLDER_KINDS.items()}  # the most characters each can take
+SAMPLE_VALUES = {
+    "": "x", "text": "some text", "rest": "and the rest", "int": "16", "num": "8.6",
+    "size": "2.00 GiB", "word": "Float", "path": "/usr/lib/libfoo.so", "hex": "0x7f00", "tuple": "(8, 0)",
+}
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w*)(?::(\w+))?\}")
+_QUOTES = "`'\"\u2018\u2019"
+# Where a keyword must stop: at characters the template regex lets vary (quotes, path
+# separators) and at sentence breaks, where pasted text is often wrapped or re-spaced.
+_KEY_SPLIT = re.compile(r"[`'\"\u2018\u2019/\\]|,\s+|\.\s+|\s{2,}")
+_LEADING_KEYWORD = 12  # a message's opening words survive wrapping and truncation best
+
+
+@dataclass(frozen=True)
+class Template:
+    text: str
+    project: str
+    file: str
+    versions: str
+    weight: float = DEFAULT_TEMPLATE_WEIGHT
+    role: str = "anchor"
+    when: str | None = None
+    values: tuple[tuple[str, str], ...] = ()
+    ignore_case: bool = False
+
+    def sample(self) -> str:
+        """The template filled in with sample values (`values`, else one per placeholder kind)."""
+        given = dict(self.values)
+
+        def fill(m: re.Match[str]) -> str:
+            if m.group(0) == "{{":
+                return "{"
+            if m.group(0) == "}}":
+                return "}"
+            name, kind = m.group(1), m.group(2) or ""
+            return given.get(name, SAMPLE_VALUES.get(kind, "x"))
+
+        return _PLACEHOLDER.sub(fill, self.text)
+
+
+def _literal_tokens(text: str) -> list[str]:
+    """The regex for `text`, one token per character (a run of spaces is one token)."""
+    out = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == " ":
+            j = i
+            while j < len(text) and text[j] == " ":
+                j += 1
+            # Tracker text loses or doubles spaces ("call,so", "kernel.  Aborting").
+            out.append(r"[ \t]{0,4}" if i > 0 and not text[i - 1].isalnum() else r"[ \t]{1,4}")
+            i = j
+            continue
+        if ch in _QUOTES:
+            out.append("[`'\"\u2018\u2019]?")  # any quote, or none: Markdown eats backticks
+        elif ch in "/\\":
+            out.append(r"[\\/]{1,2}")  # either separator; Windows paths are often pasted doubled
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return out
+
+
+def _literal(text: str) -> str:
+    return "".join(_literal_tokens(text))
+
+
+def _literal_width(text: str) -> int:
+    """The most characters `_literal(text)` can match (runs of spaces match up to four)."""
+    return sum(4 if ch == " " else 2 if ch in "/\\" else 1 for ch in text)
+
+
+def _template_elements(text: str) -> list[tuple[str, str, str]]:
+    """The template as ("lit", text, "") and ("ph", kind, name) elements, in order; a name used
+    twice captures only the first time (its later places get name "")."""
+    elements: list[tuple[str, str, str]] = []
+    names: set[str] = set()
+    pos = 0
+    pending = ""
+    for m in _PLACEHOLDER.finditer(text):
+        pending += text[pos:m.start()]
+        pos = m.end()
+        if m.group(0) in ("{{", "}}"):
+            pending += m.group(0)[0]
+            continue
+        elements.append(("lit", pending, ""))
+        pending = ""
+        name, kind = m.group(1), m.group(2) or ""
+        if kind not in PLACEHOLDER_KINDS:
+            raise KnowledgeBaseError(f"template {text!r}: unknown placeholder kind {kind!r}")
+        elements.append(("ph", kind, name if name and name not in names else ""))
+        names.add(name)
+    elements.append(("lit", pending + text[pos:], ""))
+    return elements
+
+
+def _placeholder(kind: str, name: str) -> str:
+    body = PLACEHOLDER_KINDS[kind]
+    return f"(?P<{name}>{body})" if name else f"(?:{body})"
+
+
+def template_regex(text: str) -> tuple[str, str, list[str], int]:
+    """(regex source, keyword, capture names, reach) for a message template.
+
+    The keyword is a literal stretch without quotes, path separators or sentence breaks, so every
+    line the template can match contains it and it finds candidate lines in large logs: the
+    message's opening words when they are long enough (they survive wrapping), else the longest
+    stretch. `reach` is the most characters a match can start before the keyword, so the matcher
+    searches from there instead of trying every position of a long line. A final full stop is
+    optional: issue titles and retyped messages drop it."""
+    elements = _template_elements(text)
+    parts: list[str] = []
+    for i, (what, value, name) in enumerate(elements):
+        if what == "ph":
+            parts.append(_placeholder(value, name))
+        elif i == len(elements) - 1 and value.endswith(".") and not value.endswith(".."):
+            after_placeholder = value == "."
+            parts.append(_literal(value[:-1]) + (r"(?:\.|$)" if after_placeholder else r"\.?"))
+        else:
+            parts.append(_literal(value))
+    names = [name for what, _, name in elements if what == "ph" and name]
+    literals = [value for what, value, _ in elements if what == "lit"]
+    pieces = [p.strip().removesuffix(".").strip() for lit in literals for p in _KEY_SPLIT.split(lit)]
+    leading = pieces[0] if pieces and text[:1] != "{" else ""
+    keyword = leading if len(leading) >= _LEADING_KEYWORD else max(pieces, key=len, default="")
+    if len(keyword) < 4:
+        raise KnowledgeBaseError(f"template {text!r}: needs a literal stretch of at least 4 characters")
+    reach = 0
+    for what, value, _ in elements:
+        if what == "lit" and keyword in value:
+            reach += _literal_width(value[:value.index(keyword)])
+            break
+        reach += _literal_width(value) if what == "lit" else PLACEHOLDER_WIDTHS[value]
+    return "".join(parts), keyword, names, reach
+
+
+def template_cut_regex(text: str) -> str | None:
+    """A regex for the template cut short by the end of the line: any prefix of it (cut anywhere,
+    mid-word included) followed only by spaces up to the end. None when the template starts with
+    a placeholder (a prefix of it could start anywhere). Each character is one optional step
+    nested in the previous one, so matching stays linear."""
+    if text[:1] == "{" and not text.startswith("{{"):
+        return None
+    tokens: list[str] = []
+    for what, value, name in _template_elements(text):
+        tokens.extend(_literal_tokens(value) if what == "lit" else [_placeholder(value, name)])
+    regex = ""
+    for token in reversed(tokens[1:]):
+        regex = f"(?:{token}{regex})?"
+    return tokens[0] + regex + r"[ \t]*$"
+
+
+# --- entries ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -59,6 +261,9 @@ class Pattern:
     weight: float
     role: str
     ignore_case: bool = False
+    when: str | None = None
+    template: Template | None = None  # set when the pattern was derived from a message template
+    reach: int | None = None  # a template's most characters before its keyword (None: unknown)
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -67,18 +272,30 @@ class Pattern:
         except re.error as exc:
             raise KnowledgeBaseError(f"pattern {self.name!r}: bad regex: {exc}") from None
 
+    @functools.cached_property
+    def cut(self) -> tuple[re.Pattern[str], int] | None:
+        """For a message template: (regex of the template cut short by the end of the line, the
+        fewest characters such a cut must keep: 60% of the template's literal text, at least 20)."""
+        if self.template is None or self.role != "anchor":
+            return None
+        source = template_cut_regex(self.template.text)
+        if source is None:
+            return None
+        literal = len(_PLACEHOLDER.sub("", self.template.text))
+        return re.compile(source, re.IGNORECASE if self.ignore_case else 0), max(20, int(0.6 * literal))
+
 
 @dataclass(frozen=True)
 class Reference:
     title: str
-    url: str | None = None
-    seed: str | None = None
+    url: str
 
 
 @dataclass(frozen=True)
-class Correction:
+class Misconception:
     claim: str
     truth: str
+    evidence: str
 
 
 @dataclass(frozen=True)
@@ -91,36 +308,45 @@ class Example:
 class Entry:
     id: str
     title: str
+    cause: str
+    quick_fix: str
     aliases: tuple[str, ...]
     applicability: str
     fix_safety: str
     probes: tuple[str, ...]
     specificity: int
     generic: bool
+    sticky: bool
+    consequence: bool
     supersedes: tuple[str, ...]
+    templates_from: tuple[str, ...]
     min_support: int
+    facts: tuple[str, ...]
     what: str
     why: tuple[str, ...]
     fix: tuple[str, ...]
     patch: str
     patch_lang: str
     context: tuple[str, ...]
-    corrections: tuple[Correction, ...]
+    origin: str
+    misconceptions: tuple[Misconception, ...]
     references: tuple[Reference, ...]
-    patterns: tuple[Pattern, ...]
-    examples: tuple[Example, ...]
+    templates: tuple[Template, ...]
+    patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
+    examples: tuple[Example, ...] = field(default=())
 
     @property
     def anchors(self) -> tuple[Pattern, ...]:
         return tuple(p for p in self.patterns if p.role == "anchor")
 
 
-def _req(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+def _req(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
         raise KnowledgeBaseError(f"{where}: missing field {key!r}")
     value = data[key]
     if not isinstance(value, kind):
-        raise KnowledgeBaseError(f"{where}: field {key!r} must be {kind.__name__}")
+        name = kind.__name__ if isinstance(kind, type) else kind[0].__name__
+        raise KnowledgeBaseError(f"{where}: field {key!r} must be {name}")
     return value
 
 
@@ -129,6 +355,59 @@ def _strings(data: dict[str, Any], key: str, where: str, *, default: list[str] |
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise KnowledgeBaseError(f"{where}: field {key!r} must be a list of strings")
     return tuple(value)
+
+
+def _weight(p: dict[str, Any], where: str, default: float | None = None) -> float:
+    raw = p.get("weight", default) if default is not None else _req(p, "weight", (int, float), where)
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool):
+        raise KnowledgeBaseError(f"{where}: weight must be a number")
+    weight = float(raw)
+    if not 0.0 < weight <= 1.0:
+        raise KnowledgeBaseError(f"{where}: weight must be in (0, 1]")
+    return weight
+
+
+def _role(p: dict[str, Any], where: str) -> str:
+    role = p.get("role", "anchor")
+    if role not in ROLES:
+        raise KnowledgeBaseError(f"{where}: role must be one of {ROLES}")
+    return role
+
+
+def _when(p: dict[str, Any], where: str) -> str | None:
+    when = p.get("when")
+    if when is None:
+        return None
+    from gpudoctor.predicates import LINE_PREDICATES  # the vocabulary lives beside the matcher
+
+    if when not in LINE_PREDICATES:
+        raise KnowledgeBaseError(f"{where}: unknown predicate when={when!r} (known: {sorted(LINE_PREDICATES)})")
+    return when
+
+
+def _parse_template(t: dict[str, Any], where: str) -> Template:
+    values = t.get("values", {})
+    if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+        raise KnowledgeBaseError(f"{where}: values must be a table of strings")
+    return Template(
+        text=_req(t, "text", str, where),
+        project=_req(t, "project", str, where),
+        file=_req(t, "file", str, where),
+        versions=_req(t, "versions", str, where),
+        weight=_weight(t, where, DEFAULT_TEMPLATE_WEIGHT),
+        role=_role(t, where),
+        when=_when(t, where),
+        values=tuple(sorted(values.items())),
+        ignore_case=bool(t.get("ignore_case", False)),
+    )
+
+
+def template_pattern(template: Template, name: str) -> Pattern:
+    source, keyword, _, reach = template_regex(template.text)
+    if template.ignore_case:
+        keyword = keyword.lower()
+    return Pattern(name, source, keyword, template.weight, template.role, template.ignore_case,
+                   template.when, template, reach)
 
 
 def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
@@ -144,67 +423,88 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
     if applicability != "safe" and not fix_safety:
         raise KnowledgeBaseError(f"{where}: fix_safety is required when applicability is {applicability!r}")
 
-    patterns = []
-    for i, p in enumerate(_req(data, "patterns", list, where)):
+    patterns: list[Pattern] = []
+    for i, p in enumerate(data.get("patterns", [])):
         pw = f"{where}: patterns[{i}]"
-        role = p.get("role", "anchor")
-        if role not in ROLES:
-            raise KnowledgeBaseError(f"{pw}: role must be one of {ROLES}")
         ignore_case = bool(p.get("ignore_case", False))
         keyword = _req(p, "keyword", str, pw)
         if not keyword or (ignore_case and keyword != keyword.lower()):
             raise KnowledgeBaseError(f"{pw}: keyword must be a non-empty literal (lower-case with ignore_case)")
-        weight = float(_req(p, "weight", (int, float), pw))  # type: ignore[arg-type]
-        if not 0.0 < weight <= 1.0:
-            raise KnowledgeBaseError(f"{pw}: weight must be in (0, 1]")
-        pattern = Pattern(_req(p, "name", str, pw), _req(p, "regex", str, pw), keyword, weight, role, ignore_case)
-        if compile_patterns:
+        patterns.append(Pattern(_req(p, "name", str, pw), _req(p, "regex", str, pw), keyword,
+                                _weight(p, pw), _role(p, pw), ignore_case, _when(p, pw)))
+    templates = []
+    for i, t in enumerate(data.get("templates", [])):
+        tw = f"{where}: templates[{i}]"
+        template = _parse_template(t, tw)
+        try:
+            patterns.append(template_pattern(template, f"template-{i}"))
+        except KnowledgeBaseError as exc:
+            raise KnowledgeBaseError(f"{tw}: {exc}") from None
+        templates.append(template)
+    if compile_patterns:
+        for i, pattern in enumerate(patterns):
             try:
                 pattern.regex
             except KnowledgeBaseError as exc:
-                raise KnowledgeBaseError(f"{pw}: {exc}") from None
-        patterns.append(pattern)
-    if not any(p.role == "anchor" for p in patterns):
-        raise KnowledgeBaseError(f"{where}: needs at least one anchor pattern")
+                raise KnowledgeBaseError(f"{where}: {pattern.name}: {exc}") from None
+    templates_from = _strings(data, "templates_from", where, default=[])
+    if not any(p.role == "anchor" for p in patterns) and not templates_from:
+        raise KnowledgeBaseError(f"{where}: needs at least one anchor pattern or template")
 
     references = []
     for i, r in enumerate(_req(data, "references", list, where)):
-        if not (r.get("url") or r.get("seed")):
-            raise KnowledgeBaseError(f"{where}: references[{i}] needs url or seed")
-        references.append(Reference(r.get("title", r.get("url") or r.get("seed")), r.get("url"), r.get("seed")))
+        rw = f"{where}: references[{i}]"
+        url = _req(r, "url", str, rw)
+        references.append(Reference(r.get("title", url), url))
 
     examples = []
     for i, e in enumerate(_req(data, "examples", list, where)):
         ew = f"{where}: examples[{i}]"
         examples.append(Example(_req(e, "text", str, ew), _req(e, "source", str, ew)))
 
-    corrections = tuple(
-        Correction(_req(c, "claim", str, where), _req(c, "truth", str, where))
-        for c in data.get("corrections", [])
-    )
+    misconceptions = []
+    for i, c in enumerate(data.get("misconceptions", [])):
+        cw = f"{where}: misconceptions[{i}]"
+        misconceptions.append(Misconception(_reflow(_req(c, "claim", str, cw)), _reflow(_req(c, "truth", str, cw)),
+                                            _reflow(_req(c, "evidence", str, cw))))
     specificity = int(data.get("specificity", 50))
     if not 0 <= specificity <= 100:
         raise KnowledgeBaseError(f"{where}: specificity must be in 0..100")
+    facts = _strings(data, "facts", where, default=[])
+    if facts:
+        from gpudoctor.predicates import ENTRY_FACTS
+
+        unknown = set(facts) - set(ENTRY_FACTS)
+        if unknown:
+            raise KnowledgeBaseError(f"{where}: unknown facts {sorted(unknown)} (known: {sorted(ENTRY_FACTS)})")
 
     return Entry(
         id=entry_id,
         title=_req(data, "title", str, where),
+        cause=_reflow(_req(data, "cause", str, where)),
+        quick_fix=_reflow(_req(data, "quick_fix", str, where)),
         aliases=_strings(data, "aliases", where, default=[]),
         applicability=applicability,
         fix_safety=fix_safety,
         probes=_strings(data, "probes", where, default=[]),
         specificity=specificity,
         generic=bool(data.get("generic", False)),
+        sticky=bool(data.get("sticky", False)),
+        consequence=bool(data.get("consequence", False)),
         supersedes=_strings(data, "supersedes", where, default=[]),
+        templates_from=templates_from,
         min_support=int(data.get("min_support", 0)),
+        facts=facts,
         what=_reflow(_req(data, "what", str, where)),
         why=_strings(data, "why", where),
         fix=_strings(data, "fix", where),
         patch=_req(data, "patch", str, where).strip("\n"),
         patch_lang=data.get("patch_lang", "diff"),
         context=_strings(data, "context", where, default=[]),
-        corrections=corrections,
+        origin=data.get("origin", ""),
+        misconceptions=tuple(misconceptions),
         references=tuple(references),
+        templates=tuple(templates),
         patterns=tuple(patterns),
         examples=tuple(examples),
     )
@@ -242,10 +542,30 @@ def _load_file(path: str) -> Entry:
     return entry
 
 
+def _with_borrowed_templates(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """Give each entry with `templates_from` the anchor patterns of the templates it borrows
+    (weights as the owner has them)."""
+    by_id = {e.id: e for e in entries}
+    out = []
+    for entry in entries:
+        if not entry.templates_from:
+            out.append(entry)
+            continue
+        borrowed = []
+        for other in entry.templates_from:
+            if other not in by_id:
+                raise KnowledgeBaseError(f"{entry.id}.toml: templates_from names unknown id {other!r}")
+            # Only the owner's anchors: its support patterns are evidence for it, not for this entry.
+            borrowed += [p for p in by_id[other].patterns if p.template is not None and p.role == "anchor"]
+        renamed = tuple(dataclasses.replace(p, name=f"{p.name}@{p.template.project}") for p in borrowed)
+        out.append(dataclasses.replace(entry, patterns=entry.patterns + renamed))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=1)
 def load_all() -> tuple[Entry, ...]:
     """Every entry, sorted by id. Raises KnowledgeBaseError on the first malformed file."""
-    return tuple(_load_file(f) for f in _entry_files())
+    return _with_borrowed_templates(tuple(_load_file(f) for f in _entry_files()))
 
 
 @functools.lru_cache(maxsize=1)

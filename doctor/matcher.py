@@ -2,60 +2,75 @@
 
 The rules, in order:
 
-1. Candidate lines. Every pattern names a literal `keyword`; only lines containing it are tried,
-   so a 100 MB log costs a few substring searches per chunk, not a regex per line. Patterns are
-   line-based. At most `_MAX_LINES_PER_KEYWORD` candidate lines per keyword and chunk are tried
-   (a log repeating one warning a million times adds nothing after the first few).
-2. An entry matches when at least one of its `anchor` patterns matched and at least
-   `min_support` of its `support` patterns (or derived facts, rule 3) did. Support patterns alone
-   never match anything.
-3. Derived fact: an out-of-memory text that names the requested size and the GPU's total capacity
-   (`requested` and `capacity` groups) where the single allocation is larger than the whole GPU,
-   or larger than `_HUGE_ALLOCATION` when the capacity is not shown, counts as one support. That is
-   what makes an OOM without an attention stack still an attention-oom: no ordinary tensor asks for
-   more than the card has, a materialised B*H*N*N score matrix does.
-4. Confidence is 1 - prod(1 - weight) over the distinct patterns that matched, capped at 0.99.
-5. Precedence. An entry that `supersedes` another demotes it below itself when both match
-   (attention-oom over cuda-oom). A `generic` entry (the "might be asynchronously reported"
-   trailer that CUDA appends to every kernel error) is only context when any specific entry
-   matched: its confidence is capped at `_CONTEXT_CAP` and it ranks last.
-6. Ranking: confidence, then the entry's `specificity`, then id. Matches under `_MIN_CONFIDENCE`
-   are dropped.
+1. Candidate lines. Every pattern names a literal `keyword` (for a message template, its opening
+   words or longest literal stretch); only lines containing it are tried. Most keywords are found
+   in one regex pass per chunk over a trie of short "needles" that start with a character rare in
+   ordinary text, so a 100 MB log costs a few scans, not a regex per line per keyword; each
+   candidate line (once per shape: lines differing only in digits are tried once) is then
+   checked for the keywords whose needles it holds. At most
+   `_MAX_LINES_PER_KEYWORD` lines per keyword and chunk are tried (a log repeating one warning a
+   million times adds nothing after the first few), and a pattern sees at most `_WINDOW`
+   characters either side of its keyword, so no line, however long, costs more than a bounded
+   amount of work.
+2. A pattern matches a line when its regex does and its line predicate (`when`, see
+   gpudoctor.predicates) holds for the values it captured; the predicate's sentence becomes the
+   deciding evidence. When no pattern of a keyword matches a line that holds it, a message
+   template still counts, at `_FRAGMENT_FACTOR` of its weight, if the line ends inside it (the
+   message cut short: at least 60% of its literal text, at least 20 characters, and its predicate
+   still holds) or if the keyword is the template's opening words and at least `_FRAGMENT_MIN`
+   characters long (the message wrapped onto the next line).
+3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
+   of its `support` patterns or derived facts did. Support patterns alone never match anything.
+4. Derived facts (the entry's `facts`) look at all values the entry captured, across lines, and
+   count as one support each (an allocation larger than the GPU makes an out-of-memory an
+   attention-oom; cuBLASLt dimensions that are not multiples of 16 make a cuBLAS status an FP8
+   layout rule).
+5. Confidence is 1 - prod(1 - weight) over the distinct patterns and facts that matched, capped
+   at 0.99, then scaled by (1 - weight) for every `against` pattern that matched (a compiler frame
+   beside a "must be contiguous", a DataLoader frame beside "not resizable").
+6. Precedence. An entry that `supersedes` another (a more specific reading of the same message)
+   demotes it when both match and it is confident, or nearly as confident. A `generic` entry
+   (the "might be asynchronously reported" trailer, a torch.compile failure that wraps the real
+   error) is only context beside a confident specific match: its confidence is capped at
+   `_CONTEXT_CAP`.
+7. A log, not a line. Every match knows the lines it came from (counted across chunks). The
+   first `sticky` error (one that poisons the CUDA context: a device-side assert, an illegal
+   address) is the root cause; later sticky or `consequence` matches are demoted to context as its
+   consequences. A `consequence` entry (an NCCL watchdog timeout) that follows another confident
+   specific match is demoted the same way; among consequence entries alone, the first one is the
+   root of the later ones.
+8. Ranking: context last, then confidence, then the entry's `specificity`, then the first line.
+   Matches under `_MIN_CONFIDENCE` are dropped.
 
 Standard library only; no torch, no rich.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
+from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES, parse_size  # noqa: F401 (parse_size re-exported)
 
 _MAX_LINES_PER_KEYWORD = 64
+_MAX_CANDIDATE_LINES = 8192  # lines holding a needle, per chunk
+_MAX_SHAPES = 100_000
+_NEEDLE_CHARS = 12
 _MAX_EVIDENCE_PER_ENTRY = 6
+_MAX_HITS_KEPT = 48
 _MAX_LINE_CHARS = 400
+_WINDOW = 2000
+_FRAGMENT_MIN = 20
+_FRAGMENT_FACTOR = 0.8
 _CONTEXT_CAP = 0.25
 _MIN_CONFIDENCE = 0.2
+CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
-_HUGE_ALLOCATION = 100 * 2**30  # bytes; larger than any single-GPU working set people allocate
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGTP]?i?B|bytes)\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
-
-
-def parse_size(text: str) -> int | None:
-    """'112.50 GiB' -> bytes; None when it is not a size."""
-    m = _SIZE.match(text)
-    if not m:
-        return None
-    unit = _UNITS.get(m.group(2).lower())
-    try:
-        return int(float(m.group(1)) * unit) if unit else None
-    except ValueError:
-        return None
+_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
+_ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,12 @@ class Match:
     confidence: float
     evidence: tuple[str, ...]
     captures: dict[str, str] = field(default_factory=dict)
-    context_only: bool = False  # demoted: generic trailer beside a specific error, or superseded
+    context_only: bool = False  # demoted: generic trailer beside a specific error, superseded, or a consequence
+    lines: tuple[int, ...] = ()  # the line of each evidence item (0 for a derived fact)
+    decided_by: tuple[str, ...] = ()  # the facts that chose this entry over a look-alike
+    against: tuple[str, ...] = ()  # lines that argued against it
+    consequence_of: tuple[str, int] | None = None  # (id, line) of the root cause this follows
+    first_line: int = 0
 
     @property
     def id(self) -> str:
@@ -88,16 +108,45 @@ class Match:
             "evidence": list(self.evidence),
             "captures": dict(self.captures),
             "context_only": self.context_only,
+            "line": self.first_line or None,
+            "evidence_lines": [n or None for n in self.lines],
+            "decided_by": list(self.decided_by),
+            "against": list(self.against),
+            "consequence_of": ({"id": self.consequence_of[0], "line": self.consequence_of[1] or None}
+                               if self.consequence_of else None),
         }
 
 
 @dataclass
 class _Hits:
-    """Per entry: which patterns matched, on which lines, and what they captured."""
+    """Per entry: which patterns matched (with the weight they earned), where, and what they
+    captured."""
 
-    patterns: dict[str, Pattern] = field(default_factory=dict)
-    evidence: list[str] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+    roles: dict[str, str] = field(default_factory=dict)
+    evidence: dict[str, int] = field(default_factory=dict)  # text -> first line
+    anchor_lines: list[int] = field(default_factory=list)
     captures: dict[str, str] = field(default_factory=dict)
+    decided_by: list[str] = field(default_factory=list)
+    against: list[str] = field(default_factory=list)
+
+    @property
+    def patterns(self) -> dict[str, float]:  # the names of the patterns that matched
+        return self.weights
+
+
+class _LineIndex:
+    """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it)."""
+
+    def __init__(self, chunk: str, base: int) -> None:
+        self.chunk = chunk
+        self.base = base
+        self._newlines: list[int] | None = None
+
+    def line_of(self, offset: int) -> int:
+        if self._newlines is None:
+            self._newlines = [m.start() for m in re.finditer("\n", self.chunk)]
+        return self.base + bisect.bisect_left(self._newlines, offset) + 1
 
 
 class Matcher:
@@ -111,104 +160,336 @@ class Matcher:
             for pattern in entry.patterns:
                 key = (pattern.keyword, pattern.ignore_case)
                 self._by_keyword.setdefault(key, []).append((entry, pattern))
+        # Most keywords are found by one regex pass per chunk over a trie of their "needles" (a
+        # stretch of each keyword that starts with a character rare in ordinary text), so the
+        # search skips most positions at C speed; the rest (and case-insensitive keywords) are
+        # searched one by one (rule 1).
+        self._by_needle: dict[str, list[tuple[str, bool]]] = {}
+        self._plain: list[tuple[str, bool]] = []
+        self._order = {key: n for n, key in enumerate(self._by_keyword)}
+        for key in self._by_keyword:
+            needle = None if key[1] else _needle(key[0])
+            if needle is None:
+                self._plain.append(key)
+            else:
+                self._by_needle.setdefault(needle, []).append(key)
+        self._trigger = re.compile(_trie(list(self._by_needle))) if self._by_needle else None
+        # Templates whose opening words are their keyword: a line that has those words but not
+        # the rest is the same message, wrapped or cut when it was pasted (rule 2).
+        self._fragmentable = {
+            id(p) for e in self.entries for p in e.patterns
+            if p.template is not None and len(p.keyword) >= _FRAGMENT_MIN
+            and (p.template.text.lower() if p.ignore_case else p.template.text).startswith(p.keyword)
+        }
         self._hits: dict[str, _Hits] = {}
+        self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
+        self._lines_before = 0
 
     def feed(self, chunk: str) -> None:
         if "\x1b" in chunk:
             chunk = _ANSI.sub("", chunk)
+        chunk = _single_spaced(chunk)
+        index = _LineIndex(chunk, self._lines_before)
+        lines_seen = dict.fromkeys(self._by_keyword, 0)
+        if self._trigger is not None:
+            # One pass finds every line holding a needle; each line (once per distinct text) is
+            # then checked for every keyword.
+            done = self._shapes
+            if len(done) > _MAX_SHAPES:
+                done.clear()
+            for start, window, _ in _windows_matching(chunk, self._trigger, _MAX_CANDIDATE_LINES):
+                shape = window.translate(_DIGITS_TO_ZERO)  # a cascade repeats one message shape
+                if shape in done:
+                    continue
+                done.add(shape)
+                for key in self._keywords_in(window):
+                    if lines_seen[key] < _MAX_LINES_PER_KEYWORD:
+                        at = window.find(key[0])
+                        if at >= 0:
+                            lines_seen[key] += 1
+                            self._try_line(self._by_keyword[key], window, start, index, at)
         lowered: str | None = None
-        for (keyword, ignore_case), users in self._by_keyword.items():
+        for key in self._plain:
+            keyword, folded = key
             haystack = chunk
-            if ignore_case:
+            if folded:
                 if lowered is None:
                     lowered = chunk.lower()
+                    if len(lowered) != len(chunk):  # U+0130 lower-cases to two characters
+                        lowered = chunk.replace("\u0130", "I").lower()
                 haystack = lowered
-            for line in _lines_containing(haystack, chunk, keyword):
-                for entry, pattern in users:
-                    m = pattern.regex.search(line)
-                    if m is None:
-                        continue
-                    hits = self._hits.setdefault(entry.id, _Hits())
-                    hits.patterns.setdefault(pattern.name, pattern)
-                    evidence = line.strip()[:_MAX_LINE_CHARS]
-                    if evidence not in hits.evidence and len(hits.evidence) < _MAX_EVIDENCE_PER_ENTRY:
-                        hits.evidence.append(evidence)
-                    for name, value in m.groupdict().items():
-                        if value is not None:
-                            hits.captures[name] = value.strip()  # the last occurrence wins
+            for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
+                self._try_line(self._by_keyword[key], window, start, index, at)
+        self._lines_before += chunk.count("\n")
+
+    def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
+        """The keywords whose needle occurs in `window`, in knowledge-base order. The trie finds
+        the longest needle at each position; the shorter needles it passes through count too."""
+        found: set[tuple[str, bool]] = set()
+        pos = 0
+        assert self._trigger is not None
+        while (m := self._trigger.search(window, pos)) is not None:
+            text = m.group(0)
+            for end in range(4, len(text) + 1):
+                found.update(self._by_needle.get(text[:end], ()))
+            pos = m.start() + 1
+        return sorted(found, key=self._order.__getitem__)
+
+    def _try_line(self, users: list[tuple[Entry, Pattern]], window: str, start: int,
+                  index: _LineIndex, at: int) -> None:
+        """Every pattern of one keyword against one line (`at`: where the keyword is)."""
+        understood = False
+        fragments = []
+        for entry, pattern in users:
+            # A template cannot start more than `reach` characters before its keyword.
+            m = pattern.regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
+            if m is not None:
+                understood = True
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        continue  # the values on this line say it is the look-alike
+                self._record(entry, pattern, pattern.weight, window, start, index, m, decided)
+            elif pattern.cut is not None or id(pattern) in self._fragmentable:
+                fragments.append((entry, pattern))
+        if not understood:
+            # A message cut short by the end of the line, or its opening words without the
+            # rest: wrapped or cut when it was pasted (rule 2).
+            for entry, pattern in fragments:
+                self._record_fragment(entry, pattern, window, start, index, at)
+
+    def _record_fragment(self, entry: Entry, pattern: Pattern, window: str, start: int,
+                         index: _LineIndex, at: int) -> None:
+        weight = pattern.weight * _FRAGMENT_FACTOR
+        if pattern.cut is not None:
+            regex, fewest = pattern.cut
+            m = regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
+            if m is not None and len(m.group(0).rstrip()) >= fewest:
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        return
+                self._record(entry, pattern, weight, window, start, index, m, decided)
+                return
+        if id(pattern) in self._fragmentable:
+            self._record(entry, pattern, weight, window, start, index)
+
+    def _record(self, entry: Entry, pattern: Pattern, weight: float, window: str, start: int,
+                index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None) -> None:
+        hits = self._hits.setdefault(entry.id, _Hits())
+        line = index.line_of(start)
+        if weight > hits.weights.get(pattern.name, 0.0):
+            hits.weights[pattern.name] = weight
+            hits.roles[pattern.name] = pattern.role
+        text = _evidence_text(window, pattern.keyword if not pattern.ignore_case else None)
+        if pattern.role == "against":
+            if text not in hits.against:
+                hits.against.append(text)
+            return
+        if pattern.role == "anchor":
+            hits.anchor_lines.append(line)
+        if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
+            hits.evidence[text] = line
+        if decided and decided not in hits.decided_by:
+            hits.decided_by.append(decided)
+        if m is not None:
+            for name, value in m.groupdict().items():
+                if value is not None:
+                    hits.captures[name] = value.strip()  # the last occurrence wins
 
     def results(self) -> list[Match]:
         by_id = {e.id: e for e in self.entries}
         matches: dict[str, Match] = {}
         for entry_id, hits in self._hits.items():
             entry = by_id[entry_id]
-            anchors = [p for p in hits.patterns.values() if p.role == "anchor"]
-            if not anchors:
+            if not hits.anchor_lines:
                 continue
-            weights = [p.weight for p in hits.patterns.values()]
-            supports = sum(1 for p in hits.patterns.values() if p.role == "support")
-            evidence = list(hits.evidence)
-            if entry.min_support:
-                derived = _allocation_exceeds_gpu(hits.captures)
+            weights = [w for name, w in hits.weights.items() if hits.roles[name] != "against"]
+            supports = sum(1 for name in hits.weights if hits.roles[name] == "support")
+            evidence = sorted(hits.evidence.items(), key=lambda kv: kv[1])[:_MAX_EVIDENCE_PER_ENTRY]
+            decided = list(hits.decided_by)
+            for fact in entry.facts:
+                derived = ENTRY_FACTS[fact](hits.captures)
                 if derived:
                     supports += 1
                     weights.append(_DERIVED_WEIGHT)
-                    evidence.append(derived)
+                    evidence.append((derived, 0))
+                    decided.append(derived)
             if supports < entry.min_support:
                 continue
             miss = 1.0
             for w in weights:
                 miss *= 1.0 - w
-            matches[entry_id] = Match(entry, min(0.99, 1.0 - miss), tuple(evidence), dict(hits.captures))
-
-        specific = [m for m in matches.values() if not m.entry.generic]
-        for m in list(matches.values()):
-            for loser in m.entry.supersedes:
-                if loser in matches and not matches[loser].context_only:
-                    demoted = matches[loser]
-                    matches[loser] = Match(demoted.entry, min(demoted.confidence, m.confidence * 0.5),
-                                           demoted.evidence, demoted.captures, context_only=True)
-            if m.entry.generic and specific:
-                matches[m.id] = Match(m.entry, min(m.confidence, _CONTEXT_CAP), m.evidence,
-                                      m.captures, context_only=True)
-
+            confidence = min(0.99, 1.0 - miss)
+            for name, w in hits.weights.items():
+                if hits.roles[name] == "against":
+                    confidence *= 1.0 - w
+            matches[entry_id] = Match(
+                entry, confidence, tuple(t for t, _ in evidence), dict(hits.captures),
+                lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
+                against=tuple(hits.against[:3]), first_line=min(hits.anchor_lines),
+            )
+        _apply_precedence(matches)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
-            key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.id),
+            key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
         )
         return ranked
 
 
-def _lines_containing(haystack: str, original: str, keyword: str) -> Iterable[str]:
-    """Whole lines of `original` around each occurrence of `keyword` in `haystack` (the same text,
-    possibly lower-cased, so offsets agree), each line once, bounded in number."""
-    start = 0
+def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
+    from dataclasses import replace
+
+    return replace(m, confidence=min(m.confidence, cap), context_only=True,
+                   consequence_of=consequence_of or m.consequence_of)
+
+
+def _apply_precedence(matches: dict[str, Match]) -> None:
+    """Rules 6 and 7 of the module docstring, in place."""
+    for m in list(matches.values()):
+        for loser in m.entry.supersedes:
+            other = matches.get(loser)
+            if other is not None and not other.context_only and (m.confidence >= CONFIDENT or m.confidence >= other.confidence * 0.9):
+                matches[loser] = _demote(other, m.confidence * 0.5)
+    confident = [m for m in matches.values() if not m.entry.generic and m.confidence >= CONFIDENT]
+    for m in list(matches.values()):
+        if m.entry.generic and confident:
+            matches[m.id] = _demote(m, _CONTEXT_CAP)
+
+    live = [m for m in matches.values() if not m.context_only]
+    sticky = sorted((m for m in live if m.entry.sticky and m.confidence >= CONFIDENT), key=lambda m: m.first_line)
+    if sticky:
+        root = sticky[0]
+        for m in live:
+            if m is not root and (m.entry.sticky or m.entry.consequence or m.entry.generic) \
+                    and m.first_line > root.first_line:
+                matches[m.id] = _demote(m, min(m.confidence, root.confidence * 0.5), (root.id, root.first_line))
+    live = [m for m in matches.values() if not m.context_only]
+    roots = sorted((m for m in live if not m.entry.consequence and not m.entry.generic
+                    and m.confidence >= CONFIDENT), key=lambda m: m.first_line)
+    # Without such a root, the first confident consequence-type error is the root of later ones
+    # (an NCCL error, then the watchdog timeout it causes).
+    firsts = sorted((m for m in live if m.entry.consequence and m.confidence >= CONFIDENT),
+                    key=lambda m: m.first_line)
+    for m in live:
+        if m.entry.consequence:
+            earlier = [r for r in roots if r.first_line < m.first_line] \
+                or [r for r in firsts if r.first_line < m.first_line]
+            if earlier:
+                matches[m.id] = _demote(m, min(m.confidence, earlier[0].confidence * 0.5),
+                                        (earlier[0].id, earlier[0].first_line))
+
+
+def _windows_containing(haystack: str, original: str, keyword: str,
+                        limit: int = 64) -> Iterable[tuple[int, str, int]]:
+    """(offset, text, keyword offset in text) of the line around each occurrence of `keyword` in
+    `haystack` (the same text, possibly lower-cased, so offsets agree), cut to `_WINDOW`
+    characters either side of the keyword, each line once, at most `limit` lines."""
+    pos = 0
     found = 0
-    while found < _MAX_LINES_PER_KEYWORD:
-        i = haystack.find(keyword, start)
+    while found < limit:
+        i = haystack.find(keyword, pos)
         if i < 0:
             return
-        line_start = haystack.rfind("\n", 0, i) + 1
-        line_end = haystack.find("\n", i)
-        if line_end < 0:
-            line_end = len(haystack)
-        yield original[line_start:line_end]
+        start, window, at, pos = _window_at(haystack, original, i, len(keyword))
+        yield start, window, at
         found += 1
-        start = line_end + 1
 
 
-def _allocation_exceeds_gpu(captures: dict[str, str]) -> str | None:
-    requested = parse_size(captures.get("requested", ""))
-    if requested is None:
-        return None
-    capacity = parse_size(captures.get("capacity", ""))
-    if capacity is not None and requested > capacity:
-        return (f"a single allocation of {captures['requested']} is larger than the whole GPU "
-                f"({captures['capacity']} total): a materialised attention score matrix")
-    if capacity is None and requested > _HUGE_ALLOCATION:
-        return (f"a single allocation of {captures['requested']} is larger than any single GPU's "
-                "memory: a materialised attention score matrix")
+def _window_at(haystack: str, original: str, i: int, length: int) -> tuple[int, str, int, int]:
+    """The line around offset `i` (a carriage return ends a line too: progress bars redraw with
+    it; line numbers still count newlines only), cut to `_WINDOW` characters either side, and
+    where to search next: after the line, or after the window when the line was cut."""
+    lo = max(0, i - _WINDOW)
+    hi = min(len(haystack), i + length + _WINDOW)
+    line_start = haystack.rfind("\n", lo, i) + 1 or lo
+    back = haystack.rfind("\r", line_start, i)
+    if back >= 0:
+        line_start = back + 1
+    line_end = haystack.find("\n", i, hi)
+    if line_end < 0:
+        line_end = hi
+    ahead = haystack.find("\r", i, line_end)
+    if ahead >= 0:
+        line_end = ahead
+    following = line_end + 1 if line_end < hi else hi
+    return line_start, original[line_start:line_end], i - line_start, following
+
+
+def _single_spaced(chunk: str) -> str:
+    """Runs of spaces and tabs become one space: pasted text is re-spaced (tables, wrapped
+    terminals) and keywords hold single spaces. Newlines stay, so line numbers do not change.
+    (str.replace passes, several times faster than a regex over a large chunk.)"""
+    if "\t" in chunk:
+        chunk = chunk.replace("\t", " ")
+    while "  " in chunk:
+        chunk = chunk.replace("    ", " ").replace("  ", " ")
+    return chunk
+
+
+_RARE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_([`<'bfgjkpqvwxyz")
+
+
+def _needle(keyword: str) -> str | None:
+    """The stretch of `keyword` (up to `_NEEDLE_CHARS`, at least 4 characters) that starts at its
+    first character rare in ordinary text (upper case, `_`, brackets, quotes, uncommon letters), or
+    None when it has none: the trigger regex only tries positions holding such a character."""
+    for i, ch in enumerate(keyword):
+        if ch in _RARE_START and len(keyword) - i >= 4:
+            return keyword[i:i + _NEEDLE_CHARS]
     return None
+
+
+def _trie(words: list[str]) -> str:
+    """A regex matching any of `words`, as a trie of nested alternatives: at each position the
+    engine follows one path, so the cost is the needle length, not the number of needles."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if "" in node:  # a needle ends here: anything longer is optional
+            return "(?:" + "|".join(branches) + ")?" if branches else ""
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return build(root)
+
+
+def _windows_matching(text: str, regex: re.Pattern[str], limit: int) -> Iterable[tuple[int, str, int]]:
+    """As `_windows_containing`, for the lines where `regex` matches."""
+    pos = 0
+    found = 0
+    while found < limit:
+        m = regex.search(text, pos)
+        if m is None:
+            return
+        start, window, at, pos = _window_at(text, text, m.start(), m.end() - m.start())
+        yield start, window, at
+        found += 1
+
+
+def _evidence_text(window: str, keyword: str | None) -> str:
+    """The line as evidence: stripped, and when longer than `_MAX_LINE_CHARS`, the part around
+    the keyword, cut at spaces (never mid-word) and marked with an ellipsis."""
+    text = window.strip()
+    if len(text) <= _MAX_LINE_CHARS:
+        return text
+    at = text.find(keyword) if keyword else -1
+    begin = max(0, min(at - _MAX_LINE_CHARS // 4, len(text) - _MAX_LINE_CHARS)) if at >= 0 else 0
+    end = begin + _MAX_LINE_CHARS
+    if begin > 0:
+        space = text.find(" ", begin, begin + 40)
+        begin = space + 1 if space >= 0 else begin
+    if end < len(text):
+        space = text.rfind(" ", end - 40, end)
+        end = space if space > begin else end
+    return ("…" if begin > 0 else "") + text[begin:end].strip() + ("…" if end < len(text) else "")
 
 
 def match_text(text: str) -> list[Match]:

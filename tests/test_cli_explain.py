@@ -47,10 +47,17 @@ def test_explain_text_json_contract():
     assert data["entry"]["id"] == "misaligned-address"
 
 
-def test_explain_text_human_output_ranks_and_shows_the_best_entry():
+def test_explain_text_human_output_starts_with_the_verdict():
     r = invoke("explain", MISALIGNED)
     assert r.exit_code == 0
-    assert "Known failures" in r.output and "misaligned-address" in r.output and "Fix" in r.output
+    lines = r.output.splitlines()
+    # The verdict first: the id, its title, where it was found, the cause and the fix.
+    assert lines[0] == "misaligned-address"
+    assert "from line 1 of the input" in lines[2]
+    assert lines[3].startswith("Cause:") and any(l.startswith("Fix:") for l in lines[3:8])
+    assert "line 1: RuntimeError: CUDA error: misaligned address" in r.output
+    # Then the full story.
+    assert "What happened" in r.output and "Patch" in r.output and "References" in r.output
 
 
 def test_nothing_matched_exits_1_with_a_scan_hint():
@@ -62,7 +69,8 @@ def test_nothing_matched_exits_1_with_a_scan_hint():
 def test_nothing_matched_json_has_empty_matches():
     r = invoke("explain", "--json", "the quick brown fox")
     assert r.exit_code == 1
-    assert json.loads(r.stdout) == {"schema_version": EXPLAIN_SCHEMA_VERSION, "matches": [], "entry": None}
+    assert json.loads(r.stdout) == {"schema_version": EXPLAIN_SCHEMA_VERSION, "verdict": None, "matches": [],
+                                    "entry": None}
 
 
 def test_unknown_id_like_word_gets_did_you_mean_and_exit_2():

@@ -1,7 +1,15 @@
-"""Held-out accuracy of `gpudoctor explain`: real error texts from public trackers that are not
-among any knowledge-base entry's examples, stored under `tests/fixtures/heldout/<expected-id>/`
-(first line `# source: <url>`). Every text must rank its folder's entry first; texts under
-`none/` are outside the knowledge base and must get no confident match."""
+"""Accuracy of `gpudoctor explain` on real error texts from public trackers.
+
+Two sets, both stored as `<set>/<expected-id>/<name>.txt` with `# source: <url>` on the first line
+(`none/` holds texts whose cause is outside the knowledge base):
+
+* `tests/fixtures/dev`: texts the patterns were developed against. Every one must be classified
+  exactly (a regression test).
+* `tests/fixtures/heldout`: texts from threads that no entry cites and that were not looked at
+  while writing patterns (tests/fixtures/heldout/README.md says how they were drawn). They are
+  measured, not fitted: the test holds the figures above a floor, and
+  `python tools/heldout_report.py --misses` lists what is missed.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +17,13 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import kb
-from gpudoctor.matcher import match_text
+from gpudoctor.matcher import CONFIDENT, match_text
 
-HELDOUT = Path(__file__).parent / "fixtures" / "heldout"
-CASES = sorted(HELDOUT.glob("*/*.txt"))
-CONFIDENT = 0.5
+FIXTURES = Path(__file__).parent / "fixtures"
+DEV = sorted((FIXTURES / "dev").glob("*/*.txt"))
+HELDOUT = sorted((FIXTURES / "heldout").glob("*/*.txt"))
+TOP1_FLOOR = 0.90  # share of held-out texts with a known cause whose best match is that cause
+CONFIDENT_UNKNOWN_CEILING = 0.08  # share of outside-the-KB texts given a confident match
 
 
 def _read(path: Path) -> tuple[str, str]:
@@ -21,27 +31,41 @@ def _read(path: Path) -> tuple[str, str]:
     return head, body
 
 
-def test_heldout_set_is_well_formed():
+def _source(path: Path) -> str:
+    return _read(path)[0].removeprefix("# source: ").strip()
+
+
+@pytest.mark.parametrize("cases, least", [(DEV, 80), (HELDOUT, 150)], ids=["dev", "heldout"])
+def test_sets_are_well_formed(cases: list[Path], least: int):
     ids = {e.id for e in kb.load_all()}
-    folders = {p.parent.name for p in CASES}
-    assert len(CASES) >= 80
+    folders = {p.parent.name for p in cases}
+    assert len(cases) >= least
     assert "none" in folders
     assert folders - {"none"} <= ids, f"folders that are not knowledge-base ids: {folders - ids - {'none'}}"
-    for path in CASES:
+    for path in cases:
         head, body = _read(path)
         assert head.startswith("# source: http"), path
         assert body.strip(), path
 
 
-def test_heldout_texts_are_not_knowledge_base_examples():
-    # A held-out text copied from an entry's own examples would measure memory, not recognition.
-    sources = {ex.source for e in kb.load_all() for ex in e.examples}
-    reused = [p.name for p in CASES if _read(p)[0].removeprefix("# source: ").strip() in sources]
-    assert not reused
+def test_heldout_texts_come_from_threads_used_nowhere_else():
+    # A held-out text from a thread an entry cites, or that patterns were developed on, would
+    # measure memory, not recognition.
+    cited = {ex.source for e in kb.load_all() for ex in e.examples}
+    cited |= {ref.url for e in kb.load_all() for ref in e.references}
+    developed = {_source(p) for p in DEV}
+    sources = [_source(p) for p in HELDOUT]
+    assert not [s for s in sources if s in cited]
+    assert not [s for s in sources if s in developed]
+    assert len(sources) == len(set(sources)), "one thread, one held-out text"
 
 
-@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_heldout_text_is_classified_as_its_folder(path: Path):
+def test_heldout_has_enough_causes_outside_the_knowledge_base():
+    assert sum(1 for p in HELDOUT if p.parent.name == "none") >= 25
+
+
+@pytest.mark.parametrize("path", DEV, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_dev_text_is_classified_as_its_folder(path: Path):
     expected = path.parent.name
     matches = match_text(_read(path)[1])
     ranked = [(m.id, round(m.confidence, 2)) for m in matches[:3]]
@@ -49,3 +73,25 @@ def test_heldout_text_is_classified_as_its_folder(path: Path):
         assert not matches or matches[0].confidence < CONFIDENT, ranked
     else:
         assert matches and matches[0].id == expected, ranked
+
+
+def test_heldout_accuracy_stays_above_the_floor():
+    known = unknown = top1 = confident_unknown = 0
+    misses = []
+    for path in HELDOUT:
+        expected = path.parent.name
+        matches = match_text(_read(path)[1])
+        best = matches[0] if matches else None
+        if expected == "none":
+            unknown += 1
+            if best is not None and best.confidence >= CONFIDENT:
+                confident_unknown += 1
+                misses.append(f"none/{path.stem} -> {best.id} {best.confidence:.2f}")
+        else:
+            known += 1
+            if best is not None and best.id == expected:
+                top1 += 1
+            else:
+                misses.append(f"{expected}/{path.stem} -> {best.id if best else None}")
+    assert top1 >= TOP1_FLOOR * known, (top1, known, misses)
+    assert confident_unknown <= CONFIDENT_UNKNOWN_CEILING * unknown, (confident_unknown, unknown, misses)

@@ -14,7 +14,7 @@ TRAILER = (
 
 
 def _entry(entry_id, patterns, **extra):
-    data = {"id": entry_id, "title": entry_id, "applicability": "safe", "what": "w", "why": ["a"],
+    data = {"id": entry_id, "title": entry_id, "cause": "c", "quick_fix": "q", "applicability": "safe", "what": "w", "why": ["a"],
             "fix": ["b"], "patch": "p", "references": [{"url": "https://example.org"}], "examples": [],
             "patterns": patterns, **extra}
     return kb.parse_entry(data, f"{entry_id}.toml")
@@ -34,7 +34,7 @@ ATTN_OOM = _entry("attn-oom", [
     _pat("oom", "out of memory",
          r"out of memory\. Tried to allocate (?P<requested>[\d.]+ [KMGT]iB)(?:.*?total capacity of (?P<capacity>[\d.]+ [KMGT]iB))?", 0.9),
     _pat("baddbmm", "baddbmm", r"torch\.baddbmm", 0.3, role="support"),
-], min_support=1, supersedes=["plain-oom"], specificity=70)
+], min_support=1, supersedes=["plain-oom"], specificity=70, facts=["allocation-exceeds-gpu"])
 
 
 def ranked(entries, text):
@@ -133,7 +133,7 @@ def test_real_trailer_variants_defer_to_the_specific_error():
 
 
 @needs("attention-oom", "cuda-oom")
-def test_real_seed_001_oom_is_attention_oom_with_the_numbers():
+def test_real_attention_oom_is_attention_oom_with_the_numbers():
     text = ("  File \"models/attention.py\", line 351, in _attention\n"
             "    attention_scores = torch.baddbmm(\n"
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.50 GiB. GPU 0 has a total "

@@ -75,7 +75,16 @@ def test_view_stride():
 
 def test_device_mismatch_with_the_meta_device():
     # The weights live on "meta" (the CPU-only stand-in for an accelerator), the input on the CPU.
-    ns = reproduce("device-mismatch", RuntimeError, device=torch.device("meta"))
+    # A message that names the meta device is a meta-tensor case (weights never loaded), and the
+    # knowledge base decides so from the device in the text, not from the words "same device".
+    before, after = halves("device-mismatch")
+    with pytest.raises(RuntimeError) as info:
+        run(before, device=torch.device("meta"))
+    matcher = Matcher(kb.load_all())
+    matcher.feed(f"RuntimeError: {info.value}\n")
+    best = matcher.results()[0]
+    assert best.id == "meta-tensor" and any("meta device" in d for d in best.decided_by), info.value
+    ns = run(after, device=torch.device("meta"))
     assert ns["out"].device.type == "meta"
     # The same fix on a real device gives the right numbers.
     cpu = run(halves("device-mismatch")[1], device=torch.device("cpu"))

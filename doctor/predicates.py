@@ -1,0 +1,183 @@
+"""The facts the matcher derives from values captured in error text, to decide between entries whose
+messages look alike. Each returns the deciding fact as one sentence (shown as evidence), or None.
+
+Line predicates (`when = "..."` on a template or pattern) look at the values one line captured:
+
+    devices-differ   two legacy tensor type names (torch.cuda.HalfTensor, CUDABFloat16Type) or
+                     devices on one line name different devices: a device mismatch that reads
+                     like a dtype message
+    same-device      the opposite: the two types agree on the device (or do not say), so the
+                     message is about the dtype
+    meta-device      one of the devices is `meta`: a tensor that has no data yet
+    not-meta         neither device is `meta`
+    fp8-operands     a cuBLASLt call whose operand types are FP8/FP4 (cudaDataType 28-33, or
+                     Float8_*/Float4_* in newer builds)
+    not-fp8-operands the call names its operand types and they are not FP8/FP4
+    not-alloc-failed a cuBLAS status other than ALLOC_FAILED (which is an out-of-memory)
+
+Entry facts (`facts = [...]` on an entry) look at everything the entry captured in the text and
+count as one support each:
+
+    allocation-exceeds-gpu  one allocation larger than the whole GPU (or than any GPU): a
+                            materialised attention score matrix
+    gemm-dims-not-16        a cuBLASLt call whose m, n or k is not a multiple of 16, which FP8
+                            GEMMs require
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Mapping
+
+Captures = Mapping[str, str]
+
+_HUGE_ALLOCATION = 100 * 2**30  # bytes; larger than any single-GPU working set people allocate
+_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGTP]?i?B|bytes)\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+
+# torch.cuda.HalfTensor, torch.FloatTensor, CUDABFloat16Type, CPUFloatType, cuda:0, cpu, meta
+_LEGACY_TENSOR = re.compile(r"^torch\.(?:(?P<dev>cuda|xpu|mps)\.)?(?P<dtype>\w+?)Tensor$")
+_LEGACY_TYPE = re.compile(r"^(?P<dev>CUDA|CPU|XPU|MPS|Meta|HIP)(?P<dtype>\w+?)Type$")
+_DEVICE = re.compile(r"^(?P<dev>cuda|cpu|meta|mps|xpu|hip|privateuseone|npu)(?::\d+)?$")
+_FP8_TYPES = {"28", "29", "30", "31", "32", "33"}
+
+
+def parse_size(text: str) -> int | None:
+    """'112.50 GiB' -> bytes; None when it is not a size."""
+    m = _SIZE.match(text)
+    if not m:
+        return None
+    unit = _UNITS.get(m.group(2).lower())
+    try:
+        return int(float(m.group(1)) * unit) if unit else None
+    except ValueError:
+        return None
+
+
+def type_device(name: str) -> tuple[str | None, str | None]:
+    """(device, dtype) named by a tensor type or device string; None where it does not say.
+    `torch.cuda.HalfTensor` -> ("cuda", "Half"); `CPUBFloat16Type` -> ("cpu", "BFloat16");
+    `c10::BFloat16` -> (None, "BFloat16"); `cuda:0` -> ("cuda", None)."""
+    name = name.strip().strip("'\"`")
+    for prefix in ("struct ", "class "):
+        name = name.removeprefix(prefix)
+    m = _LEGACY_TENSOR.match(name)
+    if m:
+        return (m.group("dev") or "cpu"), m.group("dtype")
+    m = _LEGACY_TYPE.match(name)
+    if m:
+        return m.group("dev").lower(), m.group("dtype")
+    m = _DEVICE.match(name)
+    if m:
+        return m.group("dev"), None
+    return None, name.removeprefix("c10::").removeprefix("torch.") or None
+
+
+def _pair(c: Captures) -> tuple[str, str] | None:
+    for a, b in (("type1", "type2"), ("device1", "device2")):
+        if c.get(a) and c.get(b):
+            return c[a], c[b]
+    return None
+
+
+def devices_differ(c: Captures) -> str | None:
+    pair = _pair(c)
+    if pair is None:
+        return None
+    (d1, _), (d2, _) = type_device(pair[0]), type_device(pair[1])
+    if d1 and d2 and d1 != d2:
+        return f"{pair[0]} is a {d1.upper() if d1 != 'cpu' else 'CPU'} tensor and {pair[1]} a " \
+               f"{d2.upper() if d2 != 'cpu' else 'CPU'} tensor: the devices differ, not only the types"
+    return None
+
+
+def same_device(c: Captures) -> str | None:
+    pair = _pair(c)
+    if pair is None or devices_differ(c):
+        return None
+    (d1, t1), (d2, t2) = type_device(pair[0]), type_device(pair[1])
+    if d1 and d1 == d2 and t1 and t2 and t1 != t2:
+        return f"both tensors are on {d1}; the dtypes differ ({t1} and {t2})"
+    return "the two types differ in dtype, not in device"
+
+
+def meta_device(c: Captures) -> str | None:
+    pair = _pair(c)
+    if pair is None:
+        return None
+    for name in pair:
+        if type_device(name)[0] == "meta":
+            return f"one of the tensors is on the meta device ({name}): it has a shape but no data"
+    return None
+
+
+def not_meta(c: Captures) -> str | None:
+    return None if meta_device(c) else "no meta tensor involved"
+
+
+def _abtype(c: Captures) -> str | None:
+    for key in ("abtype", "atype"):
+        if c.get(key):
+            return c[key].strip()
+    return None
+
+
+def fp8_operands(c: Captures) -> str | None:
+    ab = _abtype(c)
+    if ab is None:
+        return None
+    if ab in _FP8_TYPES or ab.startswith(("Float8", "Float4")):
+        return f"the cuBLASLt operands are FP8/FP4 (type {ab}): FP8 GEMMs have their own layout rules"
+    return None
+
+
+def not_fp8_operands(c: Captures) -> str | None:
+    ab = _abtype(c)
+    if ab is None or fp8_operands(c):
+        return None
+    return f"the cuBLASLt operands are not FP8 (type {ab})"
+
+
+def not_alloc_failed(c: Captures) -> str | None:
+    status = c.get("status", "")
+    return None if "ALLOC_FAILED" in status else f"cuBLAS reported {status or 'an error'}, not an allocation failure"
+
+
+LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
+    "not-alloc-failed": not_alloc_failed,
+    "devices-differ": devices_differ,
+    "same-device": same_device,
+    "meta-device": meta_device,
+    "not-meta": not_meta,
+    "fp8-operands": fp8_operands,
+    "not-fp8-operands": not_fp8_operands,
+}
+
+
+def allocation_exceeds_gpu(c: Captures) -> str | None:
+    requested = parse_size(c.get("requested", ""))
+    if requested is None:
+        return None
+    capacity = parse_size(c.get("capacity", ""))
+    if capacity is not None and requested > capacity:
+        return (f"a single allocation of {c['requested']} is larger than the whole GPU "
+                f"({c['capacity']} total): a materialised attention score matrix")
+    if capacity is None and requested > _HUGE_ALLOCATION:
+        return (f"a single allocation of {c['requested']} is larger than any single GPU's "
+                "memory: a materialised attention score matrix")
+    return None
+
+
+def gemm_dims_not_16(c: Captures) -> str | None:
+    odd = [f"{d}={c[d]}" for d in ("m", "n", "k") if c.get(d, "").isdigit() and int(c[d]) % 16]
+    if not odd:
+        return None
+    return f"cuBLASLt was called with {', '.join(odd)}, not a multiple of 16 as FP8 matmuls require"
+
+
+ENTRY_FACTS: dict[str, Callable[[Captures], str | None]] = {
+    "allocation-exceeds-gpu": allocation_exceeds_gpu,
+    "gemm-dims-not-16": gemm_dims_not_16,
+}

@@ -1,0 +1,276 @@
+"""Evidence over keywords, a log rather than a line, and what `explain` prints.
+
+* Facts in the text decide between look-alike entries, and the deciding fact is shown.
+* Near-misses (a word that looks like an entry's, a cause no entry covers) stay unmatched or low.
+* In a long log the first root cause ranks above its consequences, and every match says which
+  line of the input it came from, counted across chunks.
+* The text report: verdict first, the id whole, evidence neither cut mid-word nor repeated,
+  patches and URLs never folded, pasted text shown as text (markup and escape sequences inert).
+* The Markdown report and the JSON 1.1 fields.
+"""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from gpudoctor import kb
+from gpudoctor.explain import Explanation, render_markdown, render_text, to_json
+from gpudoctor.matcher import CONFIDENT, match_chunks, match_text
+
+
+def best(text: str):
+    matches = match_text(text)
+    return matches[0] if matches else None
+
+
+def confident(text: str) -> list[str]:
+    return [m.id for m in match_text(text) if m.confidence >= CONFIDENT and not m.context_only]
+
+
+# --- facts decide between look-alikes ------------------------------------------------------------
+
+
+def test_legacy_type_names_carry_the_device():
+    m = best("RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.HalfTensor) should be the same")
+    assert m.id == "device-mismatch"
+    assert any("CUDA tensor" in fact for fact in m.decided_by), m.decided_by
+
+
+def test_same_device_legacy_types_are_a_dtype_mismatch():
+    m = best("RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same")
+    assert m.id == "dtype-mismatch"
+    assert "device-mismatch" not in confident(
+        "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same")
+
+
+def test_backend_type_names_carry_the_device():
+    m = best("RuntimeError: Expected object of type CUDABFloat16Type but found type CPUBFloat16Type for argument #2 'mat2'")
+    assert m.id == "device-mismatch", [(x.id, x.confidence) for x in match_text(
+        "RuntimeError: Expected object of type CUDABFloat16Type but found type CPUBFloat16Type for argument #2 'mat2'")]
+
+
+def test_a_meta_device_is_not_a_device_mismatch():
+    m = best("RuntimeError: Tensor on device meta is not on the expected device cuda:0!")
+    assert m.id == "meta-tensor"
+    assert any("meta device" in fact for fact in m.decided_by)
+
+
+def test_fp8_gemm_sizes_beside_a_bare_cublaslt_status_mean_a_layout_rule():
+    text = ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with "
+            "transpose_mat1 1 transpose_mat2 0 m 4096 n 24 k 4096 mat1_ld 4096 mat2_ld 4096 result_ld 4096 abcType 28\n")
+    m = best(text)
+    assert m.id == "fp8-layout"
+    assert any("n=24" in fact for fact in m.decided_by), m.decided_by
+
+
+def test_a_message_cut_at_the_end_of_the_line_still_counts_with_its_facts():
+    m = best("RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be th")
+    assert m is not None and m.id == "device-mismatch" and m.decided_by
+
+
+def test_one_weak_word_is_not_a_confident_match():
+    assert confident("the loss was contiguous with the previous run") == []
+    assert confident("we import torch in the notebook") == []
+
+
+# --- near-misses ---------------------------------------------------------------------------------
+
+
+def test_inductor_layout_bug_saying_contiguous_is_not_the_user_contiguous_fix():
+    text = ("  File \"/usr/lib/python3.11/site-packages/torch/_inductor/compile_fx.py\", line 1100, in compile_fx\n"
+            "  File \"/usr/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py\", line 489, in _fn\n"
+            "RuntimeError: (*bias): last dimension must be contiguous\n")
+    assert "noncontiguous-kernel-input" not in confident(text)
+
+
+def test_not_resizable_storage_from_data_loading_is_not_an_allocator_bug():
+    text = ("  File \"/usr/lib/python3.10/site-packages/torch/utils/data/_utils/collate.py\", line 162, in collate_tensor_fn\n"
+            "    return torch.stack(batch, 0, out=out)\n"
+            "RuntimeError: Trying to resize storage that is not resizable\n")
+    assert confident(text) == []
+
+
+def test_xformers_operator_listing_whose_cause_is_an_input_rule_is_unmatched():
+    text = ("NotImplementedError: No operator found for `memory_efficient_attention_forward` with inputs:\n"
+            "     query       : shape=(1, 257, 6, 64) (torch.float32)\n"
+            "`fa2F@v2.5.7-pt` is not supported because:\n"
+            "    device=cpu (supported: {'cuda'})\n"
+            "    dtype=torch.float32 (supported: {torch.float16, torch.bfloat16})\n"
+            "`cutlassF-pt` is not supported because:\n"
+            "    device=cpu (supported: {'cuda'})\n")
+    assert confident(text) == []
+
+
+def test_the_async_trailer_is_not_the_cause_of_a_synchronous_cuda_error():
+    text = ("RuntimeError: CUDA error: operation not permitted when stream is capturing\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n")
+    assert confident(text) == []
+
+
+def test_undefined_symbol_in_torch_itself_is_an_import_failure_not_an_extension():
+    text = "ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: ncclCommRegister"
+    assert best(text).id != "extension-abi-mismatch"
+    own = "ImportError: /env/lib/python3.8/site-packages/torch/_C.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN3c104impl8GPUTrace13gpuTraceStateE"
+    assert best(own).id == "torch-import-failed"
+    ext = "ImportError: /env/lib/python3.8/site-packages/torchvision/_C.so: undefined symbol: _ZN3c106detail19maybe_wrap_dim_slowEllb"
+    assert best(ext).id == "extension-abi-mismatch"
+
+
+# --- a log, not a line ---------------------------------------------------------------------------
+
+
+DSA_LOG = (
+    "epoch 3 step 100 loss 2.31\n"                                                                          # 1
+    "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [5,0,0], thread: [64,0,0] "
+    "Assertion `index >= -sizes[i] && index < sizes[i] && \"index out of bounds\"` failed.\n"              # 2
+    "Traceback (most recent call last):\n"                                                                  # 3
+    "RuntimeError: CUDA error: device-side assert triggered\n"                                              # 4
+    + "".join(f"[rank{r}]: RuntimeError: CUDA error: an illegal memory access was encountered\n" for r in range(100))  # 5-104
+    + "[rank0]:[E602 11:17:52.185053341 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 "
+      "milliseconds before timing out.\n"                                                                    # 105
+)
+
+
+def test_the_first_device_side_assert_is_the_root_and_the_errors_after_it_are_consequences():
+    out = match_text(DSA_LOG)
+    assert out[0].id == "device-side-assert" and not out[0].context_only
+    assert out[0].first_line == 2
+    later = {m.id: m for m in out[1:]}
+    for follower in ("illegal-memory-access", "nccl-watchdog-timeout"):
+        assert follower in later, [m.id for m in out]
+        assert later[follower].context_only
+        assert later[follower].consequence_of == ("device-side-assert", 2)
+    assert later["nccl-watchdog-timeout"].first_line == 105
+
+
+def test_line_numbers_are_counted_across_chunks():
+    lines = DSA_LOG.splitlines(keepends=True)
+    chunks = ["".join(lines[:3]), "".join(lines[3:50]), "".join(lines[50:])]
+    whole = {m.id: (m.first_line, m.lines) for m in match_text(DSA_LOG)}
+    chunked = {m.id: (m.first_line, m.lines) for m in match_chunks(chunks)}
+    assert chunked == whole
+
+
+def test_a_timeout_alone_is_the_answer_but_after_an_error_it_is_a_consequence():
+    timeout = DSA_LOG.splitlines()[-1] + "\n"
+    assert best(timeout).id == "nccl-watchdog-timeout"
+    nccl_first = "RuntimeError: NCCL Error 2: unhandled system error (run with NCCL_DEBUG=INFO for details)\n" + timeout
+    out = match_text(nccl_first)
+    assert out[0].id == "nccl-error"
+    assert [m for m in out if m.id == "nccl-watchdog-timeout"][0].consequence_of == ("nccl-error", 1)
+
+
+# --- the text report -----------------------------------------------------------------------------
+
+
+def _render(text: str, width: int = 80, color: bool = False) -> str:
+    matches = tuple(match_text(text))
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      highlight=False, emoji=False)
+    render_text(Explanation(matches, matches[0].entry if matches else None), console)
+    return buf.getvalue()
+
+
+def test_the_verdict_comes_first_with_cause_fix_and_line():
+    out = _render("some noise\nmore noise\nRuntimeError: CUDA error: misaligned address\n").splitlines()
+    assert out[0] == "misaligned-address"
+    assert "from line 3 of the input" in out[2]
+    assert out[3].startswith("Cause:")
+    assert any(line.startswith("Fix:") for line in out[3:10])
+
+
+@pytest.mark.parametrize("width", [20, 40, 80])
+def test_the_id_is_never_truncated(width):
+    out = _render("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n", width=width)
+    assert out.splitlines()[0] == "flash-attn-unsupported"
+
+
+def test_patch_lines_and_urls_are_never_folded_at_80_columns():
+    for entry in kb.load_all():
+        matches = ()
+        buf = io.StringIO()
+        render_text(Explanation(matches, entry), Console(file=buf, width=80, color_system=None))
+        out = buf.getvalue().splitlines()
+        for line in entry.patch.strip("\n").splitlines():
+            if line.strip():
+                assert line.rstrip() in out, (entry.id, line)
+        for ref in entry.references:
+            assert "  " + ref.url in out, (entry.id, ref.url)
+
+
+def test_patch_lines_survive_colour_too():
+    entry = next(e for e in kb.load_all() if e.id == "torch-import-failed")
+    buf = io.StringIO()
+    render_text(Explanation((), entry), Console(file=buf, width=80, force_terminal=True, color_system="standard"))
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue()).splitlines()
+    for line in entry.patch.strip("\n").splitlines():
+        assert line.rstrip() in plain, line
+
+
+def test_evidence_is_not_cut_mid_word_and_not_repeated():
+    tail = " ".join(f"word{i}" for i in range(200))
+    text = f"RuntimeError: CUDA error: misaligned address {tail}\nRuntimeError: CUDA error: misaligned address {tail}\n"
+    out = _render(text)
+    verdict = out.split("the full story")[0]
+    words = [w for line in verdict.splitlines() for w in line.split()]
+    assert all(w.startswith("word") and w[4:].rstrip("…").isdigit() for w in words if w.startswith("word"))
+    assert verdict.count("misaligned address word0") <= 1
+
+
+def test_pasted_markup_and_escape_sequences_stay_inert():
+    text = ("[rank0]: [link=https://evil.example]click[/link] [/] [bold]x[/bold] "
+            "\x1b]8;;https://evil.example\x07here\x1b]8;;\x07 RuntimeError: CUDA error: misaligned address\n")
+    for color in (False, True):
+        out = _render(text, color=color)
+        assert "\x1b]" not in out and "\x07" not in out
+        assert "[rank0]:" in out
+        assert "[link=https://evil.example]click[/link]" in out
+        assert "[/]" in out and "[bold]x[/bold]" in out
+
+
+def test_nothing_user_facing_mentions_internal_notes():
+    import re
+
+    for entry in kb.load_all():
+        buf = io.StringIO()
+        render_text(Explanation((), entry), Console(file=buf, width=100, color_system=None))
+        text = buf.getvalue() + to_json(Explanation((), entry)) + render_markdown(Explanation((), entry))
+        assert not re.search(r"seed ?0[0-9][0-9]|field note|internal case notes", text, re.I), entry.id
+
+
+# --- Markdown and JSON ---------------------------------------------------------------------------
+
+
+def test_markdown_report():
+    text = "x\nRuntimeError: CUDA error: misaligned address\n[/] `tick` *star*\n"
+    matches = tuple(match_text(text))
+    md = render_markdown(Explanation(matches, matches[0].entry))
+    assert md.startswith("## `misaligned-address`: ")
+    assert "from line 2 of the input" in md
+    assert "**Cause:**" in md and "**Fix:**" in md
+    assert "```" in md and "### References" in md
+    assert render_markdown(Explanation((), None)).startswith("No known failure matched")
+
+
+def test_json_1_1_fields():
+    matches = tuple(match_text(DSA_LOG))
+    data = json.loads(to_json(Explanation(matches, matches[0].entry)))
+    assert data["schema_version"] == "1.1"
+    assert data["verdict"]["id"] == "device-side-assert" and data["verdict"]["line"] == 2
+    assert data["verdict"]["cause"] and data["verdict"]["quick_fix"]
+    first = data["matches"][0]
+    assert first["line"] == 2 and first["evidence_lines"][0] == 2
+    assert len(first["evidence_lines"]) == len(first["evidence"])
+    follower = next(m for m in data["matches"] if m["id"] == "nccl-watchdog-timeout")
+    assert follower["consequence_of"] == {"id": "device-side-assert", "line": 2}
+    assert isinstance(first["decided_by"], list) and isinstance(first["against"], list)
+    entry = data["entry"]
+    assert entry["misconceptions"] is not None and "corrections" in entry  # 1.0 readers keep their field

@@ -311,7 +311,7 @@ def scan(
         with _ScanProgress(stderr) as progress:
             report = runner.run_scan(options, progress=progress)
     except runner.ScanError as exc:
-        _fail(str(exc))
+        _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))  # ScanInterrupted: 128 + signal
 
     from gpudoctor.reports import render
 
@@ -326,4 +326,5 @@ def scan(
 
 
 def main() -> None:
+    from gpudoctor.spawn import early_start; early_start()  # noqa: E702  first: torch imports meanwhile
     app()

@@ -19,7 +19,7 @@ import platform
 import subprocess
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from gpudoctor.torchenv import env_vars, na
 
@@ -378,7 +378,7 @@ def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
 
 def _nvml_int(read: Callable[[Any], int]) -> int | None:
     """One integer read through NVML (init, read, shutdown) within a deadline; None when NVML
-    cannot tell."""
+    cannot tell. A scan reads through one `NvmlSession` instead."""
     def query() -> int:
         nv = _nvml()
         try:
@@ -394,10 +394,153 @@ def _nvml_int(read: Callable[[Any], int]) -> int | None:
 
 def gpu_free_memory(index: int) -> int | None:
     """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
-    order and ignores CUDA_VISIBLE_DEVICES: the caller maps CUDA indices when they differ."""
+    order and ignores CUDA_VISIBLE_DEVICES: see `cuda_to_nvml`."""
     return _nvml_int(lambda nv: nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
 
 
 def nvml_device_count() -> int | None:
     """How many GPUs NVML sees, or None when NVML is unavailable."""
     return _nvml_int(lambda nv: nv.nvmlDeviceGetCount())
+
+
+# --- which NVML device is cuda:N -------------------------------------------------------------------
+
+def _hex(uuid: str) -> str:
+    """A UUID's 32 hex digits, whatever its prefix ("GPU-", "MIG-") and dashes."""
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text.replace("-", "")
+
+
+def cuda_to_nvml(index: int, uuid: str | None, environ: Mapping[str, str] | None = None,
+                 nvml_names: Sequence[str] | None = None) -> tuple[str, Any]:
+    """Which NVML device torch's cuda:`index` is: ("uuid", hex digits), ("index", NVML index), or
+    ("unknown", why) when it cannot be known for sure.
+
+    The UUID that torch reports for the device (`uuid`) settles it, MIG instances included. Without
+    it the environment decides: CUDA_VISIBLE_DEVICES entries are GPU or MIG UUIDs (or prefixes of
+    them) or indices into CUDA's own order, and that order is NVML's (PCI bus) order only under
+    CUDA_DEVICE_ORDER=PCI_BUS_ID or when every GPU is the same model (CUDA's default, FASTEST_FIRST,
+    puts the fastest GPU first and breaks ties by bus id). `nvml_names` are the GPUs' names in NVML
+    order, where known."""
+    if uuid and len(_hex(uuid)) == 32:
+        return "uuid", _hex(uuid)
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    order = (environ.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST").strip().upper()
+    position = index
+    if visible is not None:
+        entries = [e.strip() for e in visible.split(",")]
+        if index >= len(entries) or not entries[index]:
+            return "unknown", f"CUDA_VISIBLE_DEVICES={visible!r} has no entry {index}"
+        entry = entries[index]
+        if entry.upper().startswith(("GPU-", "MIG-")):
+            if "/" in entry:  # the pre-R470 MIG form MIG-GPU-<uuid>/<gi>/<ci>
+                return "unknown", f"the MIG device {entry!r} is named in an old form NVML cannot look up"
+            return "uuid", _hex(entry)
+        if not entry.isdigit():
+            return "unknown", f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index nor a UUID"
+        position = int(entry)
+    if order == "PCI_BUS_ID":
+        return "index", position
+    names = list(nvml_names or [])
+    if len(names) <= 1 or len(set(names)) == 1:
+        if names and position >= len(names):
+            return "unknown", f"CUDA device {position} is beyond the {len(names)} GPU(s) NVML sees"
+        return "index", position  # one model: FASTEST_FIRST ties are broken by bus id
+    return "unknown", (f"CUDA_DEVICE_ORDER is {order} and the GPUs differ ({', '.join(sorted(set(names)))}):"
+                       f" CUDA's device {position} need not be NVML's; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+
+
+class NvmlSession:
+    """One NVML session for a whole scan: initialised on first use, shut down by `close()`. Every
+    call runs under a deadline; after one timeout the session gives up, because a wedged driver
+    would stall every later call too. Methods return None where NVML cannot tell."""
+
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+        self._nv: Any = None
+        self._broken: str | None = None
+        self._names: list[str] | None = None
+        self._by_uuid: dict[str, Any] | None = None
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        if self._broken:
+            raise RuntimeError(self._broken)
+
+        def run() -> Any:
+            if self._nv is None:
+                self._nv = _nvml()
+            return fn(self._nv)
+
+        try:
+            return _bounded(run, self.timeout)
+        except TimeoutError as exc:
+            self._broken = str(exc)
+            raise
+        except Exception as exc:
+            if self._nv is None:  # nvmlInit itself failed: it will not work later either
+                self._broken = _why(exc)
+            raise
+
+    def names(self) -> list[str] | None:
+        if self._names is None:
+            try:
+                self._names = self._call(lambda nv: [
+                    _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i)))
+                    for i in range(int(nv.nvmlDeviceGetCount()))])
+            except Exception:
+                return None
+        return self._names
+
+    def _uuid_handles(self, nv: Any) -> dict[str, Any]:
+        if self._by_uuid is None:
+            found: dict[str, Any] = {}
+            for i in range(int(nv.nvmlDeviceGetCount())):
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+                found[_hex(_text(nv.nvmlDeviceGetUUID(handle)))] = handle
+                try:
+                    count = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
+                except Exception:  # no MIG on this GPU or driver
+                    count = 0
+                for j in range(count):
+                    try:
+                        mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+                        found[_hex(_text(nv.nvmlDeviceGetUUID(mig)))] = mig
+                    except Exception:
+                        continue
+            self._by_uuid = found
+        return self._by_uuid
+
+    def free_memory(self, ref: tuple[str, Any]) -> int | None:
+        """Bytes free on the device `ref` from `cuda_to_nvml` ("uuid" matched in full or as a
+        prefix, as CUDA accepts; "index"), or None."""
+        kind, value = ref
+
+        def read(nv: Any) -> int | None:
+            if kind == "index":
+                handle = nv.nvmlDeviceGetHandleByIndex(int(value))
+            elif kind == "uuid":
+                handles = self._uuid_handles(nv)
+                matches = [h for u, h in handles.items() if u.startswith(value)]
+                if len(matches) != 1:
+                    return None
+                handle = matches[0]
+            else:
+                return None
+            return int(nv.nvmlDeviceGetMemoryInfo(handle).free)
+
+        try:
+            return self._call(read)
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        nv, self._nv = self._nv, None
+        if nv is not None and not self._broken:
+            try:
+                _bounded(nv.nvmlShutdown, min(self.timeout, 2.0))
+            except Exception:
+                pass

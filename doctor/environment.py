@@ -21,6 +21,7 @@ import sys
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
+from gpudoctor.spawn import run_bounded
 from gpudoctor.torchenv import env_vars, na
 
 # Distributions whose versions matter for attention kernels and CUDA. Every installed `nvidia-*`
@@ -223,9 +224,8 @@ def target_python(python: str, timeout: float = 10.0) -> dict[str, Any]:
     On success the dict holds a `packages` key that `collect_environment` moves to its own section."""
     cmd = [python, "-c", _TARGET_SCRIPT, json.dumps(list(PACKAGES))]
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
+        # In its own session, killed with anything it started when it does not answer in time.
+        proc = run_bounded(cmd, timeout)
     except FileNotFoundError:
         return unavailable(f"interpreter {python} not found")
     except PermissionError:

@@ -82,8 +82,7 @@ class ScanInterrupted(ScanError):
         self.signum = signum
         self.exit_code = 128 + signum
         self.signal_name = _signame(signum)
-        super().__init__(f"interrupted by {self.signal_name}: the scan was stopped and its processes "
-                         f"killed; no report was written")
+        super().__init__(f"interrupted by {self.signal_name}; the scan was stopped and no report was written")
 
 
 def _signame(signum: int) -> str:
@@ -355,7 +354,7 @@ class _Worker:
 # --- the scan ---------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # a task is itself: compared by identity
 class _Task:
     entry: dict[str, Any]  # the worker's catalog entry, checked
     device: str  # the device it runs on (resolved)
@@ -403,7 +402,7 @@ class _Scan:
         self.devices: list[str] = []
         self.cuda_missing: str | None = None  # explicit CUDA asked for where it is not usable
         self.results: dict[int, ProbeResult] = {}
-        self.spares_wanted = 0
+        self.ahead: list[_Task] = []  # isolated tasks not started yet, in the order they run
         self._nvml: NvmlSession | None = None
 
     # --- workers
@@ -705,11 +704,13 @@ class _Scan:
         return worker
 
     def prestart_spare(self) -> None:
-        """Start the worker an isolated probe will need, so that its torch import overlaps the
-        probes still running (started from this thread: PR_SET_PDEATHSIG follows the thread)."""
-        if self.spare is None and self.torch_failure is None:
+        """Start the worker the next isolated probe will need, so that its start-up (its torch
+        import) overlaps the probes still running. Started from this thread, as every worker:
+        PR_SET_PDEATHSIG follows the thread that started the process."""
+        if self.spare is None and self.ahead:
+            torch = "light" if self.ahead[0].needs_torch and self.torch_failure is None else "no"
             try:
-                self.spare = self._launch(torch="light")
+                self.spare = self._launch(torch=torch)
             except ScanError:
                 self.spare = None
 
@@ -745,10 +746,9 @@ class _Scan:
             self.worker = self._fresh()
             if self.worker is None:
                 return {"status": Status.CRASHED, "summary": "could not start a fresh worker"}
-            if own and task.needs_torch and _is_cuda(task.device) and not task.retried:
-                self.spares_wanted -= 1
-                if self.spares_wanted > 0:
-                    self.prestart_spare()  # the next isolated probe's worker imports torch meanwhile
+        if own and task in self.ahead:
+            self.ahead.remove(task)
+            self.prestart_spare()  # the next isolated probe's worker starts while this one runs
         worker = self.worker
         if task.needs_torch:
             crash = self._torch_in(worker)
@@ -935,7 +935,7 @@ class _Signals:
         self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None:
+        if self.received is not None or spawn.defer_signal(signum):
             return
         self.received = signum
         raise _Stop(signum)
@@ -984,6 +984,8 @@ def run_scan(options: ScanOptions, progress: Progress | None = None) -> Report:
         try:
             return _run_scan(options, progress, signals)
         except (KeyboardInterrupt, _Stop) as exc:
+            signals.quiet()
+            spawn.end_all()  # what the clean-up could not know: a process started half-way
             signum = exc.signum if isinstance(exc, _Stop) else signal.SIGINT
             raise ScanInterrupted(signum) from None
 
@@ -1015,9 +1017,8 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
         shared = [t for t in tasks if t.preset is not None or not scan.own_worker(t)]
         isolated = [t for t in tasks if t not in shared]
         # Workers for the isolated probes start ahead, one at a time, while earlier probes run.
-        scan.spares_wanted = sum(1 for t in isolated if t.needs_torch and _is_cuda(t.device))
-        if scan.spares_wanted:
-            scan.prestart_spare()
+        scan.ahead = list(isolated)
+        scan.prestart_spare()
         for index, task in enumerate(shared + isolated, 1):
             entry = task.entry
             device = task.device if task.per_device else None

@@ -10,6 +10,12 @@ A worker is `python -c BOOTSTRAP ...` in the target interpreter. On Linux every 
 `end_tree` stops (SIGSTOP) the worker's descendants, its process group and every process carrying
 its marker, repeats until no new one appears, then kills them all: a probe's children cannot outlive
 the scan by forking faster than they are killed. Where /proc is missing, the process group is all.
+Every process started here is remembered until it is ended, so `end_all` can end what a signal
+interrupted half-way.
+
+A signal that arrives while a process is being started is held back until the start is complete
+(`signals_deferred`): otherwise the handler would run before the new process is known and could not
+end it.
 
 `early_start` is the CLI's first call: it starts the first worker (which imports torch at once)
 before the CLI imports typer, rich and the runner, so a scan costs little more than `import torch`.
@@ -18,14 +24,16 @@ Standard library only, and cheap to import.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
+from typing import Collection, Iterator, Sequence
 
 MARKER_VAR = "GPUDOCTOR_WORKER"
 PARENT_VAR = "GPUDOCTOR_PARENT"
@@ -67,6 +75,52 @@ def new_marker() -> str:
     return f"{os.getpid()}-{secrets.token_hex(6)}"
 
 
+# --- what is running, and signals held back while a process starts ------------------------------
+
+_lock = threading.Lock()
+_live: set[str] = set()  # markers of processes started and not yet ended
+_deferring = 0  # > 0 while the main thread starts a process
+_pending: list[int] = []
+
+
+def _remember(marker: str) -> None:
+    with _lock:
+        _live.add(marker)
+
+
+def _forget(markers: Collection[str]) -> None:
+    with _lock:
+        _live.difference_update(markers)
+
+
+def live_markers() -> list[str]:
+    with _lock:
+        return sorted(_live)
+
+
+def defer_signal(signum: int) -> bool:
+    """Called first by a stop handler: True when a process is being started, in which case the
+    signal is held and delivered again as soon as the start is complete."""
+    if _deferring and threading.current_thread() is threading.main_thread():
+        _pending.append(signum)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            os.kill(os.getpid(), signum)  # now the handler can end what was started
+
+
 @dataclass
 class Launched:
     """A started worker process, before the runner wraps it."""
@@ -85,6 +139,10 @@ def _package_dirs() -> list[str]:
     return [f"gpudoctor={gpudoctor.__path__[0]}", f"gpudoctor.probes={gpudoctor.probes.__path__[0]}"]
 
 
+def _env(marker: str, **extra: str) -> dict[str, str]:
+    return dict(os.environ, **extra, **{MARKER_VAR: marker, PARENT_VAR: str(os.getpid())})
+
+
 def launch(python: str, torch: str = "no") -> Launched:
     """Start a worker of `python`. `torch="full"` or `"light"`: it imports torch (and reports on it,
     fully or only CUDA's availability) before it reads its configuration. Raises OSError."""
@@ -92,104 +150,12 @@ def launch(python: str, torch: str = "no") -> Launched:
     argv = [python, "-c", BOOTSTRAP, *_package_dirs()]
     if torch in ("full", "light"):
         argv.append(f"--torch={torch}")
-    # PYTHONUNBUFFERED: a killed worker keeps what it printed.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER_VAR: marker, PARENT_VAR: str(os.getpid())})
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, env=env)
+    _remember(marker)
+    with signals_deferred():
+        # PYTHONUNBUFFERED: a killed worker keeps what it printed.
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, env=_env(marker, PYTHONUNBUFFERED="1"))
     return Launched(proc, python, marker, torch)
-
-
-# --- the CLI's early start ----------------------------------------------------------------------
-
-_early: Launched | None = None
-
-
-def early_start(argv: Sequence[str] | None = None) -> None:
-    """Start the first scan worker now, importing torch, when the command line is a scan of this
-    interpreter. Called first thing by `gpudoctor.cli:main`; never raises. The runner claims the
-    worker (`claim_early`); an unclaimed one is ended at exit."""
-    global _early
-    args = list(sys.argv[1:] if argv is None else argv)
-    if _early is not None or not args or args[0] != "scan" or os.environ.get(NO_EARLY_START_VAR):
-        return
-    for arg in args[1:]:
-        # --python: another interpreter (checked before it runs anything); the rest run no scan.
-        if arg in ("--help", "-h", "--list-probes", "--python") or arg.startswith("--python="):
-            return
-    try:
-        _early = launch(sys.executable, torch="full")
-    except Exception:  # the runner will start its worker itself and report what fails
-        _early = None
-        return
-    atexit.register(discard_early)
-    # Until the scan takes over (it installs its own handlers, then calls release_signals), a signal
-    # ends the early worker and says that there is no report.
-    for signum in _STOP_SIGNALS:
-        try:
-            _saved_handlers[signum] = signal.signal(signum, _stop_before_scan)
-        except (ValueError, OSError):
-            pass
-
-
-_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-_saved_handlers: dict[int, object] = {}
-
-
-def _stop_before_scan(signum: int, frame: object) -> None:
-    discard_early()
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    try:
-        os.write(2, f"gpudoctor: interrupted by {name}; no report was written\n".encode())
-    finally:
-        os._exit(128 + signum)
-
-
-def release_signals() -> None:
-    """Give the signals installed by `early_start` back to their previous handlers."""
-    while _saved_handlers:
-        signum, handler = _saved_handlers.popitem()
-        try:
-            if signal.getsignal(signum) is _stop_before_scan:
-                signal.signal(signum, handler)
-        except (ValueError, OSError, TypeError):
-            pass
-
-
-def claim_early(python: str) -> Launched | None:
-    """The early-started worker, when it runs `python` and is still alive; else None (and it is
-    ended)."""
-    global _early
-    launched, _early = _early, None
-    if launched is None:
-        return None
-    same = os.path.realpath(python) == os.path.realpath(launched.python)
-    if same and launched.proc.poll() is None:
-        return launched
-    end_launched(launched)
-    return None
-
-
-def discard_early() -> None:
-    global _early
-    launched, _early = _early, None
-    if launched is not None:
-        end_launched(launched)
-
-
-def end_launched(launched: Launched) -> None:
-    end_tree(launched.proc.pid, [launched.marker])
-    try:
-        launched.proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    for pipe in (launched.proc.stdin, launched.proc.stdout, launched.proc.stderr):
-        try:
-            pipe.close()
-        except OSError:
-            pass
 
 
 # --- finding and killing processes ----------------------------------------------------------------
@@ -278,7 +244,7 @@ def end_tree(root: int | None, markers: Collection[str] = (), timeout: float = 3
     if root is not None:
         try:
             os.killpg(root, signal.SIGSTOP)
-        except (ProcessLookupError, PermissionError, OSError):
+        except OSError:
             pass
     deadline = time.monotonic() + timeout
     stopped: set[int] = set()
@@ -294,13 +260,34 @@ def end_tree(root: int | None, markers: Collection[str] = (), timeout: float = 3
     if root is not None:
         try:
             os.killpg(root, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
+        except OSError:
             pass
         _signal_all([root], signal.SIGKILL)
-    # A process reparented between two reads of /proc can slip through one pass: one more look.
+    # A process re-parented between two reads of /proc can slip through one pass: one more look.
     late = ours(root, markers) - {root}
     if late:
         _signal_all(late, signal.SIGKILL)
+    _forget(markers)
+
+
+def end_launched(launched: Launched) -> None:
+    end_tree(launched.proc.pid, [launched.marker])
+    try:
+        launched.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for pipe in (launched.proc.stdin, launched.proc.stdout, launched.proc.stderr):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def end_all() -> None:
+    """End every process started here and not ended yet (after a signal: whatever was half-way)."""
+    markers = live_markers()
+    if markers:
+        end_tree(None, markers)
 
 
 @dataclass
@@ -314,9 +301,14 @@ def run_bounded(argv: Sequence[str], timeout: float) -> Completed:
     """Run a short command in its own session with a marker, stdin closed; on timeout kill it and
     everything it started, then raise subprocess.TimeoutExpired. Raises OSError if it cannot start."""
     marker = new_marker()
-    env = dict(os.environ, **{MARKER_VAR: marker, PARENT_VAR: str(os.getpid())})
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, env=env)
+    _remember(marker)
+    try:
+        with signals_deferred():
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, env=_env(marker))
+    except BaseException:
+        _forget([marker])
+        raise
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
@@ -327,3 +319,85 @@ def run_bounded(argv: Sequence[str], timeout: float) -> Completed:
     # A daemon it left behind (a wrapper script's background job) goes too.
     end_tree(None, [marker])
     return Completed(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+# --- the CLI's early start ----------------------------------------------------------------------
+
+_early: Launched | None = None
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+_saved_handlers: dict[int, object] = {}
+
+
+def early_start(argv: Sequence[str] | None = None) -> None:
+    """Start the first scan worker now, importing torch, when the command line is a scan of this
+    interpreter. Called first thing by `gpudoctor.cli:main`; never raises. The runner claims the
+    worker (`claim_early`); an unclaimed one is ended at exit."""
+    global _early
+    args = list(sys.argv[1:] if argv is None else argv)
+    if _early is not None or not args or args[0] != "scan" or os.environ.get(NO_EARLY_START_VAR):
+        return
+    for arg in args[1:]:
+        # --python: another interpreter (checked before it runs anything); the rest run no scan.
+        if arg in ("--help", "-h", "--list-probes", "--python") or arg.startswith("--python="):
+            return
+    # Until the scan takes over (it installs its own handlers, then calls release_signals), a signal
+    # ends the early worker and says that there is no report.
+    if threading.current_thread() is threading.main_thread():
+        for signum in _STOP_SIGNALS:
+            try:
+                _saved_handlers[signum] = signal.signal(signum, _stop_before_scan)
+            except (ValueError, OSError):
+                pass
+    try:
+        _early = launch(sys.executable, torch="full")
+    except Exception:  # the runner will start its worker itself and report what fails
+        _early = None
+        return
+    atexit.register(discard_early)
+
+
+def _stop_before_scan(signum: int, frame: object) -> None:
+    if defer_signal(signum):
+        return
+    discard_early()
+    end_all()
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    try:
+        os.write(2, f"gpudoctor: interrupted by {name}; no report was written\n".encode())
+    finally:
+        os._exit(128 + signum)
+
+
+def release_signals() -> None:
+    """Give the signals installed by `early_start` back to their previous handlers."""
+    while _saved_handlers:
+        signum, handler = _saved_handlers.popitem()
+        try:
+            if signal.getsignal(signum) is _stop_before_scan:
+                signal.signal(signum, handler)
+        except (ValueError, OSError, TypeError):
+            pass
+
+
+def claim_early(python: str) -> Launched | None:
+    """The early-started worker, when it runs `python` and is still alive; else None (and it is
+    ended)."""
+    global _early
+    launched, _early = _early, None
+    if launched is None:
+        return None
+    same = os.path.realpath(python) == os.path.realpath(launched.python)
+    if same and launched.proc.poll() is None:
+        return launched
+    end_launched(launched)
+    return None
+
+
+def discard_early() -> None:
+    global _early
+    launched, _early = _early, None
+    if launched is not None:
+        end_launched(launched)

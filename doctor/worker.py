@@ -241,6 +241,15 @@ def _check_device(torch: Any, device: str) -> dict[str, Any]:
         parsed = torch.device(device)
     except Exception as exc:
         return {"event": "device", "ok": False, "error": protocol.cut(error_text(exc), 500)}
+    backend = getattr(torch, str(parsed.type), None)  # torch.mps, torch.xpu, a plugin's module
+    try:
+        available = backend.is_available() if callable(getattr(backend, "is_available", None)) else True
+    except Exception as exc:
+        available, why = False, error_text(exc)
+    else:
+        why = f"torch.{parsed.type}.is_available() is False in this environment"
+    if not available:
+        return {"event": "device", "ok": False, "error": protocol.cut(why, 500)}
     return {"event": "device", "ok": True, "checked": True, "type": str(parsed.type), "index": parsed.index}
 
 

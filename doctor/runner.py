@@ -339,8 +339,11 @@ class _Worker:
         except Exception:  # unkillable (stuck in the kernel): report it as such, do not hang
             returncode = -signal.SIGKILL
         deadline = time.monotonic() + 1.0
-        while self.proc.stderr.fileno() in self.selector.get_map() and time.monotonic() < deadline:
-            self._pump(deadline - time.monotonic())
+        try:  # a second call (after a signal cut the first short) finds the pipes closed
+            while self.proc.stderr.fileno() in (self.selector.get_map() or {}) and time.monotonic() < deadline:
+                self._pump(deadline - time.monotonic())
+        except (OSError, ValueError, TypeError):
+            pass
         self.selector.close()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
@@ -390,7 +393,6 @@ class _Scan:
         self.python = python
         self.progress = progress or (lambda event: None)
         self.excluded: dict[str, dict[str, Any]] = {}  # module key -> load error (it killed a worker)
-        self.config = _worker_config(options)
         self.worker: _Worker | None = None
         self.spare: _Worker | None = None
         self.all_workers: list[_Worker] = []

@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -72,7 +71,7 @@ gpudoctor.worker.main([a for a in sys.argv[1:] if a.startswith('--')])
 
 
 def new_marker() -> str:
-    return f"{os.getpid()}-{secrets.token_hex(6)}"
+    return f"{os.getpid()}-{os.urandom(6).hex()}"  # not secrets: it imports hashlib (5 ms)
 
 
 # --- what is running, and signals held back while a process starts ------------------------------
@@ -267,6 +266,15 @@ def end_tree(root: int | None, markers: Collection[str] = (), timeout: float = 3
     late = ours(root, markers) - {root}
     if late:
         _signal_all(late, signal.SIGKILL)
+    # SIGKILL is delivered at once but a loaded machine takes a moment to run the exits: return
+    # only when they are gone (zombies are dead), so that "the scan is over" means "nothing runs".
+    doomed = stopped | late
+    deadline = time.monotonic() + 2.0
+    while doomed and time.monotonic() < deadline:
+        table = _table() or {}
+        doomed = {pid for pid in doomed if table.get(pid, (0, "Z", 0))[1] not in ("Z", "X")}
+        if doomed:
+            time.sleep(0.005)
     _forget(markers)
 
 

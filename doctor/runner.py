@@ -1063,6 +1063,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
         "requested_device": options.device,
         "devices": scan.devices,
         "workers": scan.workers_started,
+        "worker_env": spawn.worker_env_defaults(),  # what gpudoctor set for its workers
         "parent_cpu_s": round(time.process_time() - cpu_started, 3),
     }
     report = Report(results=results, environment=environment, tool_version=gpudoctor.__version__,

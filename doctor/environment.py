@@ -114,9 +114,10 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
+def collect_environment(python: str, timeout: float = 10.0, nvml: "NvmlSession | None" = None) -> dict[str, Any]:
     """The parent-side sections for the target interpreter `python`. Never raises; takes at most
-    about `timeout` seconds for the target query plus a few for NVML."""
+    about `timeout` seconds for the target query plus a few for NVML (read through the scan's
+    `nvml` session when given, so a scan initialises NVML once)."""
     target = target_python(python, timeout)
     if target.get("available", True):
         packages = target.pop("packages", None) or unavailable("the target printed no package list")
@@ -126,7 +127,7 @@ def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
         "system": _safe(system_info),
         "python": target,
         "packages": packages,
-        "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0))),
+        "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0), session=nvml)),
         "env_vars": _safe(env_vars),
     }
 
@@ -346,19 +347,23 @@ def _gpu(nv: Any, index: int) -> dict[str, Any]:
     }
 
 
+def _nvml_read(nv: Any) -> dict[str, Any]:
+    count = int(nv.nvmlDeviceGetCount())
+    cuda = _field(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
+    return {
+        "available": True,
+        "driver_version": _field(lambda: _text(nv.nvmlSystemGetDriverVersion())),
+        "cuda_driver_version": cuda,
+        "nvml_version": _field(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+        "device_count": count,
+        "gpus": [_field(lambda i=i: _gpu(nv, i)) for i in range(count)],
+    }
+
+
 def _nvml_query() -> dict[str, Any]:
     nv = _nvml()
     try:
-        count = int(nv.nvmlDeviceGetCount())
-        cuda = _field(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
-        return {
-            "available": True,
-            "driver_version": _field(lambda: _text(nv.nvmlSystemGetDriverVersion())),
-            "cuda_driver_version": cuda,
-            "nvml_version": _field(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
-            "device_count": count,
-            "gpus": [_field(lambda i=i: _gpu(nv, i)) for i in range(count)],
-        }
+        return _nvml_read(nv)
     finally:
         try:
             nv.nvmlShutdown()
@@ -366,9 +371,11 @@ def _nvml_query() -> dict[str, Any]:
             pass
 
 
-def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
+def nvml_info(timeout: float = 5.0, session: "NvmlSession | None" = None) -> dict[str, Any]:
     """Driver, the CUDA version it supports, and each GPU (no UUIDs, serials or bus ids)."""
     try:
+        if session is not None:
+            return session.call(_nvml_read)
         return _bounded(_nvml_query, timeout)
     except ImportError:
         return unavailable("nvidia-ml-py (pynvml) is not installed in gpudoctor's environment")
@@ -465,6 +472,12 @@ class NvmlSession:
         self._broken: str | None = None
         self._names: list[str] | None = None
         self._by_uuid: dict[str, Any] | None = None
+        self._lock = threading.RLock()  # the environment thread and the scan share the session
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(pynvml)` under the deadline, NVML initialised once. Raises what NVML raises."""
+        with self._lock:
+            return self._call(fn)
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         if self._broken:
@@ -488,7 +501,7 @@ class NvmlSession:
     def names(self) -> list[str] | None:
         if self._names is None:
             try:
-                self._names = self._call(lambda nv: [
+                self._names = self.call(lambda nv: [
                     _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i)))
                     for i in range(int(nv.nvmlDeviceGetCount()))])
             except Exception:
@@ -533,12 +546,13 @@ class NvmlSession:
             return int(nv.nvmlDeviceGetMemoryInfo(handle).free)
 
         try:
-            return self._call(read)
+            return self.call(read)
         except Exception:
             return None
 
     def close(self) -> None:
-        nv, self._nv = self._nv, None
+        with self._lock:
+            nv, self._nv = self._nv, None
         if nv is not None and not self._broken:
             try:
                 _bounded(nv.nvmlShutdown, min(self.timeout, 2.0))

@@ -405,7 +405,7 @@ class _Scan:
         self.cuda_missing: str | None = None  # explicit CUDA asked for where it is not usable
         self.results: dict[int, ProbeResult] = {}
         self.ahead: list[_Task] = []  # isolated tasks not started yet, in the order they run
-        self._nvml: NvmlSession | None = None
+        self.nvml = NvmlSession()  # one NVML session for the scan, the environment's read included
 
     # --- workers
 
@@ -479,11 +479,11 @@ class _Scan:
             self.spare = None
 
     def close(self) -> None:
+        """End every worker (the NVML session is closed by the caller, after the environment
+        thread that shares it)."""
         for worker in self.all_workers:
             worker.finish()
         self.worker = self.spare = None
-        if self._nvml is not None:
-            self._nvml.close()
 
     # --- probe modules
 
@@ -690,7 +690,7 @@ class _Scan:
 
     # --- running
 
-    def _fresh(self, spare: bool = False) -> _Worker | None:
+    def _fresh(self) -> _Worker | None:
         """A worker for the next task: the prestarted spare, or a new one (torch on demand)."""
         if self.spare is not None:
             worker, self.spare = self.spare, None
@@ -724,13 +724,11 @@ class _Scan:
         index = _cuda_index(task.device)
         uuids = (self.hello or {}).get("device_uuids")
         uuid = uuids[index] if isinstance(uuids, list) and index < len(uuids) else None
-        if self._nvml is None:
-            self._nvml = NvmlSession()
-        names = None if uuid else self._nvml.names()
+        names = None if uuid else self.nvml.names()
         ref = cuda_to_nvml(index, uuid if isinstance(uuid, str) else None, os.environ, names)
         if ref[0] == "unknown":
             return None, f"free GPU memory not checked: {ref[1]}"
-        free = self._nvml.free_memory(ref)
+        free = self.nvml.free_memory(ref)
         if free is None or free >= mib << 20:
             return None, None
         return (f"the GPU is busy: {free >> 20} MiB free on {task.device}, this probe needs "
@@ -905,14 +903,14 @@ class _EnvironmentThread(threading.Thread):
     """Collects the environment while the worker imports torch: the scan then costs little more
     than the torch import itself."""
 
-    def __init__(self, python: str, timeout: float) -> None:
+    def __init__(self, python: str, timeout: float, nvml: NvmlSession | None = None) -> None:
         super().__init__(name="gpudoctor-environment", daemon=True)
-        self.python, self.timeout = python, timeout
+        self.python, self.timeout, self.nvml = python, timeout, nvml
         self.environment: dict[str, Any] = {}
 
     def run(self) -> None:
         try:
-            self.environment = dict(collect_environment(self.python, self.timeout))
+            self.environment = dict(collect_environment(self.python, self.timeout, self.nvml))
         except Exception as exc:  # the environment is context; its failure must not cost the scan
             self.environment = {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -997,12 +995,12 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
     check_timeouts(options)
     check_device(options.device)
     python = resolve_python(options.python, min(30.0, options.startup_timeout))
+    scan = _Scan(options, python, progress)
     env_thread = None
     if options.collect_environment:
-        env_thread = _EnvironmentThread(python, options.environment_timeout)
+        env_thread = _EnvironmentThread(python, options.environment_timeout, scan.nvml)
         env_thread.start()
 
-    scan = _Scan(options, python, progress)
     load_errors: list[dict] = []
     tasks: list[_Task] = []
     try:
@@ -1039,6 +1037,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
     except BaseException:
         signals.quiet()
         scan.close()
+        scan.nvml.close()
         raise
     signals.quiet()
     scan.close()
@@ -1055,6 +1054,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
     if env_thread is not None:
         env_thread.join(options.environment_timeout + 5)
         parent_environment = env_thread.environment
+    scan.nvml.close()
     environment = merge_environment(parent_environment, scan.worker_environment)
     if scan.worker_environment is None and scan.torch_failure is not None:
         environment["torch"] = {"available": False, "reason": scan.torch_failure["summary"]}

@@ -304,12 +304,15 @@ def test_memory_budget_uses_one_nvml_session_and_the_device_uuid(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     scan = _scan_with(monkeypatch, nv, ["bbbbbbbb-0000-0000-0000-000000000000",
                                         "aaaaaaaa-0000-0000-0000-000000000000"])
+    from gpudoctor.environment import nvml_info
+
+    assert nvml_info(session=scan.nvml)["device_count"] == 2  # the environment's read, same session
     entry = {"gpu_memory_mib": 512, "needs": ["torch"]}
     reason, note = scan._memory_check(runner._Task(entry, "cuda:0", True))
     assert reason.startswith("the GPU is busy: 100 MiB free on cuda:0") and "512 MiB" in reason
     assert scan._memory_check(runner._Task(entry, "cuda:1", True)) == (None, None)  # 8 GiB free
     assert scan._memory_check(runner._Task(entry, "cpu", True)) == (None, None)
-    scan.close()
+    scan.nvml.close()
     assert (nv.inits, nv.shutdowns) == (1, 1)  # one NVML session for the whole scan (D21)
 
 
@@ -322,7 +325,7 @@ def test_memory_check_says_so_when_the_gpu_cannot_be_known(monkeypatch):
     reason, note = scan._memory_check(runner._Task({"gpu_memory_mib": 512, "needs": ["torch"]}, "cuda:1", True))
     assert reason is None  # not skipped on a guess, and not checked against the wrong GPU
     assert note.startswith("free GPU memory not checked: CUDA_DEVICE_ORDER is FASTEST_FIRST and the GPUs differ")
-    scan.close()
+    scan.nvml.close()
 
 
 @pytest.mark.parametrize("index, uuid, env, names, expected", [

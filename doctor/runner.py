@@ -691,19 +691,22 @@ class _Scan:
     # --- running
 
     def _fresh(self) -> _Worker | None:
-        """A worker for the next task: the prestarted spare, or a new one (torch on demand)."""
-        if self.spare is not None:
-            worker, self.spare = self.spare, None
-        else:
-            try:
-                worker = self._launch()
-            except ScanError:
-                return None
-        event = self._await(worker, "catalog")
-        if not isinstance(event, dict):
+        """A worker for the next task: the prestarted spare, or a new one (torch on demand) when
+        there is none or it did not come up."""
+        candidates = [self.spare] if self.spare is not None else []
+        self.spare = None
+        for attempt in range(2):
+            if attempt >= len(candidates):
+                try:
+                    candidates.append(self._launch())
+                except ScanError:
+                    return None
+            worker = candidates[attempt]
+            event = self._await(worker, "catalog")
+            if isinstance(event, dict):
+                return worker
             worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
-            return None
-        return worker
+        return None
 
     def prestart_spare(self) -> None:
         """Start the worker the next isolated probe will need, so that its start-up (its torch

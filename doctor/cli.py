@@ -765,7 +765,7 @@ def scan(
         with _ScanProgress(stderr, quiet=quiet) as progress:
             report = runner.run_scan(options, progress=progress)
     except runner.ScanError as exc:
-        _fail(str(exc))
+        _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))  # ScanInterrupted: 128 + signal
 
     from gpudoctor.reports import render
 
@@ -840,4 +840,5 @@ _register_fleet(app)
 
 
 def main() -> None:
+    from gpudoctor.spawn import early_start; early_start()  # noqa: E702  first: torch imports meanwhile
     app()

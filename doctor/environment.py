@@ -22,8 +22,9 @@ import shutil
 import subprocess
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
+from gpudoctor.spawn import run_bounded
 from gpudoctor.torchenv import env_vars, na
 
 # Distributions whose versions matter for attention kernels and CUDA. Every installed `nvidia-*`
@@ -116,9 +117,10 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
+def collect_environment(python: str, timeout: float = 10.0, nvml: "NvmlSession | None" = None) -> dict[str, Any]:
     """The parent-side sections for the target interpreter `python`. Never raises; takes at most
-    about `timeout` seconds for the target query plus a few for NVML."""
+    about `timeout` seconds for the target query plus a few for NVML (read through the scan's
+    `nvml` session when given, so a scan initialises NVML once)."""
     target = target_python(python, timeout)
     if target.get("available", True):
         packages = target.pop("packages", None) or unavailable("the target printed no package list")
@@ -128,7 +130,7 @@ def collect_environment(python: str, timeout: float = 10.0) -> dict[str, Any]:
         "system": _safe(system_info),
         "python": target,
         "packages": packages,
-        "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0))),
+        "nvml": _safe(lambda: nvml_info(timeout=min(timeout, 5.0), session=nvml)),
         "toolchain": _safe(lambda: toolchain_info(timeout=min(timeout, 5.0))),
         "env_vars": _safe(env_vars),
         "fleet": _safe(fleet_section),
@@ -287,9 +289,8 @@ def target_python(python: str, timeout: float = 10.0) -> dict[str, Any]:
     On success the dict holds a `packages` key that `collect_environment` moves to its own section."""
     cmd = [python, "-c", _TARGET_SCRIPT, json.dumps(list(PACKAGES))]
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
+        # In its own session, killed with anything it started when it does not answer in time.
+        proc = run_bounded(cmd, timeout)
     except FileNotFoundError:
         return unavailable(f"interpreter {python} not found")
     except PermissionError:
@@ -456,19 +457,23 @@ def gpu_fleet_fields(nv: Any, handle: Any) -> dict[str, Any]:
     }
 
 
+def _nvml_read(nv: Any) -> dict[str, Any]:
+    count = int(nv.nvmlDeviceGetCount())
+    cuda = _field(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
+    return {
+        "available": True,
+        "driver_version": _field(lambda: _text(nv.nvmlSystemGetDriverVersion())),
+        "cuda_driver_version": cuda,
+        "nvml_version": _field(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+        "device_count": count,
+        "gpus": [_field(lambda i=i: _gpu(nv, i)) for i in range(count)],
+    }
+
+
 def _nvml_query() -> dict[str, Any]:
     nv = _nvml()
     try:
-        count = int(nv.nvmlDeviceGetCount())
-        cuda = _field(lambda: _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2())))
-        return {
-            "available": True,
-            "driver_version": _field(lambda: _text(nv.nvmlSystemGetDriverVersion())),
-            "cuda_driver_version": cuda,
-            "nvml_version": _field(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
-            "device_count": count,
-            "gpus": [_field(lambda i=i: _gpu(nv, i)) for i in range(count)],
-        }
+        return _nvml_read(nv)
     finally:
         try:
             nv.nvmlShutdown()
@@ -476,9 +481,11 @@ def _nvml_query() -> dict[str, Any]:
             pass
 
 
-def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
+def nvml_info(timeout: float = 5.0, session: "NvmlSession | None" = None) -> dict[str, Any]:
     """Driver, the CUDA version it supports, and each GPU (no UUIDs, serials or bus ids)."""
     try:
+        if session is not None:
+            return session.call(_nvml_read)
         return _bounded(_nvml_query, timeout)
     except ImportError:
         return unavailable("nvidia-ml-py (pynvml) is not installed in gpudoctor's environment")
@@ -488,7 +495,7 @@ def nvml_info(timeout: float = 5.0) -> dict[str, Any]:
 
 def _nvml_int(read: Callable[[Any], int]) -> int | None:
     """One integer read through NVML (init, read, shutdown) within a deadline; None when NVML
-    cannot tell."""
+    cannot tell. A scan reads through one `NvmlSession` instead."""
     def query() -> int:
         nv = _nvml()
         try:
@@ -504,10 +511,160 @@ def _nvml_int(read: Callable[[Any], int]) -> int | None:
 
 def gpu_free_memory(index: int) -> int | None:
     """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
-    order and ignores CUDA_VISIBLE_DEVICES: the caller maps CUDA indices when they differ."""
+    order and ignores CUDA_VISIBLE_DEVICES: see `cuda_to_nvml`."""
     return _nvml_int(lambda nv: nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
 
 
 def nvml_device_count() -> int | None:
     """How many GPUs NVML sees, or None when NVML is unavailable."""
     return _nvml_int(lambda nv: nv.nvmlDeviceGetCount())
+
+
+# --- which NVML device is cuda:N -------------------------------------------------------------------
+
+def _hex(uuid: str) -> str:
+    """A UUID's 32 hex digits, whatever its prefix ("GPU-", "MIG-") and dashes."""
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text.replace("-", "")
+
+
+def cuda_to_nvml(index: int, uuid: str | None, environ: Mapping[str, str] | None = None,
+                 nvml_names: Sequence[str] | None = None) -> tuple[str, Any]:
+    """Which NVML device torch's cuda:`index` is: ("uuid", hex digits), ("index", NVML index), or
+    ("unknown", why) when it cannot be known for sure.
+
+    The UUID that torch reports for the device (`uuid`) settles it, MIG instances included. Without
+    it the environment decides: CUDA_VISIBLE_DEVICES entries are GPU or MIG UUIDs (or prefixes of
+    them) or indices into CUDA's own order, and that order is NVML's (PCI bus) order only under
+    CUDA_DEVICE_ORDER=PCI_BUS_ID or when every GPU is the same model (CUDA's default, FASTEST_FIRST,
+    puts the fastest GPU first and breaks ties by bus id). `nvml_names` are the GPUs' names in NVML
+    order, where known."""
+    if uuid and len(_hex(uuid)) == 32:
+        return "uuid", _hex(uuid)
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    order = (environ.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST").strip().upper()
+    position = index
+    if visible is not None:
+        entries = [e.strip() for e in visible.split(",")]
+        if index >= len(entries) or not entries[index]:
+            return "unknown", f"CUDA_VISIBLE_DEVICES={visible!r} has no entry {index}"
+        entry = entries[index]
+        if entry.upper().startswith(("GPU-", "MIG-")):
+            if "/" in entry:  # the pre-R470 MIG form MIG-GPU-<uuid>/<gi>/<ci>
+                return "unknown", f"the MIG device {entry!r} is named in an old form NVML cannot look up"
+            return "uuid", _hex(entry)
+        if not entry.isdigit():
+            return "unknown", f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index nor a UUID"
+        position = int(entry)
+    if order == "PCI_BUS_ID":
+        return "index", position
+    names = list(nvml_names or [])
+    if len(names) <= 1 or len(set(names)) == 1:
+        if names and position >= len(names):
+            return "unknown", f"CUDA device {position} is beyond the {len(names)} GPU(s) NVML sees"
+        return "index", position  # one model: FASTEST_FIRST ties are broken by bus id
+    return "unknown", (f"CUDA_DEVICE_ORDER is {order} and the GPUs differ ({', '.join(sorted(set(names)))}):"
+                       f" CUDA's device {position} need not be NVML's; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+
+
+class NvmlSession:
+    """One NVML session for a whole scan: initialised on first use, shut down by `close()`. Every
+    call runs under a deadline; after one timeout the session gives up, because a wedged driver
+    would stall every later call too. Methods return None where NVML cannot tell."""
+
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+        self._nv: Any = None
+        self._broken: str | None = None
+        self._names: list[str] | None = None
+        self._by_uuid: dict[str, Any] | None = None
+        self._lock = threading.RLock()  # the environment thread and the scan share the session
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(pynvml)` under the deadline, NVML initialised once. Raises what NVML raises."""
+        with self._lock:
+            return self._call(fn)
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        if self._broken:
+            raise RuntimeError(self._broken)
+
+        def run() -> Any:
+            if self._nv is None:
+                self._nv = _nvml()
+            return fn(self._nv)
+
+        try:
+            return _bounded(run, self.timeout)
+        except TimeoutError as exc:
+            self._broken = str(exc)
+            raise
+        except Exception as exc:
+            if self._nv is None:  # nvmlInit itself failed: it will not work later either
+                self._broken = _why(exc)
+            raise
+
+    def names(self) -> list[str] | None:
+        if self._names is None:
+            try:
+                self._names = self.call(lambda nv: [
+                    _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i)))
+                    for i in range(int(nv.nvmlDeviceGetCount()))])
+            except Exception:
+                return None
+        return self._names
+
+    def _uuid_handles(self, nv: Any) -> dict[str, Any]:
+        if self._by_uuid is None:
+            found: dict[str, Any] = {}
+            for i in range(int(nv.nvmlDeviceGetCount())):
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+                found[_hex(_text(nv.nvmlDeviceGetUUID(handle)))] = handle
+                try:
+                    count = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
+                except Exception:  # no MIG on this GPU or driver
+                    count = 0
+                for j in range(count):
+                    try:
+                        mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+                        found[_hex(_text(nv.nvmlDeviceGetUUID(mig)))] = mig
+                    except Exception:
+                        continue
+            self._by_uuid = found
+        return self._by_uuid
+
+    def free_memory(self, ref: tuple[str, Any]) -> int | None:
+        """Bytes free on the device `ref` from `cuda_to_nvml` ("uuid" matched in full or as a
+        prefix, as CUDA accepts; "index"), or None."""
+        kind, value = ref
+
+        def read(nv: Any) -> int | None:
+            if kind == "index":
+                handle = nv.nvmlDeviceGetHandleByIndex(int(value))
+            elif kind == "uuid":
+                handles = self._uuid_handles(nv)
+                matches = [h for u, h in handles.items() if u.startswith(value)]
+                if len(matches) != 1:
+                    return None
+                handle = matches[0]
+            else:
+                return None
+            return int(nv.nvmlDeviceGetMemoryInfo(handle).free)
+
+        try:
+            return self.call(read)
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            nv, self._nv = self._nv, None
+        if nv is not None and not self._broken:
+            try:
+                _bounded(nv.nvmlShutdown, min(self.timeout, 2.0))
+            except Exception:
+                pass

@@ -159,20 +159,8 @@ def _torch_section(torch: Any) -> dict[str, Any]:
         "nccl": _get(lambda: _nccl_version(torch)) if built_cuda else na("torch built without CUDA"),
     }
 
-    # torch reports why CUDA failed to initialise as a UserWarning ("CUDA initialization: Found no
-    # NVIDIA driver on your system..."): catch it, it is the best "why" there is.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        available = _get(lambda: bool(torch.cuda.is_available()), default=False)
-        count = _get(lambda: int(torch.cuda.device_count()), default=0) if available else 0
-    init_warnings = [str(w.message).strip() for w in caught if "cuda" in str(w.message).lower()]
-    out["cuda_available"] = available
-    out["device_count"] = count
-    out["cuda_unavailable_reason"] = None if available else cuda_unavailable_reason(
-        built_cuda, built_hip, os.environ.get("CUDA_VISIBLE_DEVICES"), init_warnings
-    )
-    if init_warnings:
-        out["init_warnings"] = init_warnings[:3]
+    out.update(_availability(torch))
+    available, count = out["cuda_available"], out["device_count"]
     out["devices"] = [_device(torch, i) for i in range(count)] if available else []
     out["sdp"] = _get(lambda: _sdp_flags(torch))
     out["tf32"] = _get(lambda: {
@@ -180,6 +168,50 @@ def _torch_section(torch: Any) -> dict[str, Any]:
         "cudnn": bool(torch.backends.cudnn.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     })
+    return out
+
+
+def _availability(torch: Any) -> dict[str, Any]:
+    """cuda_available, device_count and, when CUDA is unusable, why."""
+    version = torch.version
+    # torch reports why CUDA failed to initialise as a UserWarning ("CUDA initialization: Found no
+    # NVIDIA driver on your system..."): catch it, it is the best "why" there is.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = _get(lambda: bool(torch.cuda.is_available()), default=False)
+        count = _get(lambda: int(torch.cuda.device_count()), default=0) if available else 0
+    init_warnings = [str(w.message).strip() for w in caught if "cuda" in str(w.message).lower()]
+    out: dict[str, Any] = {
+        "cuda_available": available,
+        "device_count": count,
+        "cuda_unavailable_reason": None if available else cuda_unavailable_reason(
+            getattr(version, "cuda", None), getattr(version, "hip", None),
+            os.environ.get("CUDA_VISIBLE_DEVICES"), init_warnings),
+    }
+    if init_warnings:
+        out["init_warnings"] = init_warnings[:3]
+    return out
+
+
+def torch_summary(torch: Any) -> dict[str, Any]:
+    """The few facts the runner needs to place probes (a spare worker reports only these): the
+    version, whether CUDA is usable, on how many devices, and why not."""
+    out = {"version": _get(lambda: str(torch.__version__))}
+    out.update(_guard(lambda: _availability(torch)))
+    return out
+
+
+def device_uuids(torch: Any, count: int) -> list[str | None]:
+    """The UUID of each visible CUDA device as torch numbers them ("GPU-..." or "MIG-..." is for
+    NVML to add), None where torch cannot tell. The runner maps cuda:N to its NVML device with
+    them; they are identifiers, so they never enter the report."""
+    out: list[str | None] = []
+    for index in range(count):
+        try:
+            uuid = torch.cuda.get_device_properties(index).uuid
+            out.append(str(uuid) if uuid is not None else None)
+        except Exception:  # torch < 2.0 has no uuid; a broken device has none to give
+            out.append(None)
     return out
 
 

@@ -102,3 +102,15 @@ def test_json_through_a_symlink_and_a_fifo(tmp_path):
     reader.join(10)
     assert result.exit_code == 0, result.output
     assert fifo.is_fifo() and json.loads(got[0])["results"][0]["status"] == "pass"
+
+
+def test_a_device_torch_does_not_know_or_lacks_is_a_usage_error():
+    for device, text in (("nosuchdevice:0", "RuntimeError: Expected one of"),
+                         ("mps", "torch.mps.is_available() is False in this environment")):
+        result = scan(*files("torch_ok"), "--device", device, "--json", "-")
+        assert result.exit_code == 2, result.output
+        # One line says what is wrong (progress lines before it are not errors), and no traceback.
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        [line] = [line for line in result.stderr.splitlines() if "--device" in line]
+        assert line == result.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"gpudoctor: --device {device}: ") and text in line

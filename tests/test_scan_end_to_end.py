@@ -21,7 +21,8 @@ def scan(tmp_path_factory):
     out = tmp_path_factory.mktemp("scan")
     json_path, md_path = out / "report.json", out / "report.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "scan", "--json", str(json_path), "--markdown", str(md_path)],
+        [sys.executable, "-m", "gpudoctor", "scan", "--device", "auto", "--json", str(json_path),
+         "--markdown", str(md_path)],
         capture_output=True, text=True, timeout=300,
     )
     return proc, json.loads(json_path.read_text()), md_path.read_text()
@@ -31,11 +32,12 @@ def test_exit_code_follows_the_findings(scan):
     proc, report, _ = scan
     problems = [r for r in report["results"] if r["status"] in ("fail", "crashed", "timed_out")]
     assert proc.returncode == (1 if problems else 0), proc.stderr[-2000:]
+    runtime = next(r for r in report["results"] if r["probe"] == "cuda-runtime")
     if not torch.cuda.is_available():
-        # Asked for cuda:0 on a machine without one: that is the finding.
-        runtime = next(r for r in report["results"] if r["probe"] == "cuda-runtime")
-        assert runtime["status"] == "fail"
+        # auto fell back to the CPU: cuda-runtime says why, the rest really ran on the CPU.
         assert [f["kb_id"] for f in runtime["findings"]] == ["cuda-unavailable"]
+        assert runtime["details"]["requested_device"] == "auto"
+        assert report["environment"]["scan"]["devices"] == ["cpu"]
 
 
 def test_report_validates_against_the_schema(scan):

@@ -206,8 +206,33 @@ def _is_tensor_type(words: list[str]) -> bool:
     return "<" not in text and not re.search(r"\bTensor(List|Options|Arg|Iterator)", text)
 
 
-def resolve_data_ptr(summaries: list[FuncSummary]) -> list[tuple[FuncSummary, int]]:
-    """(function, parameter index) pairs whose raw reads are not protected."""
+_BINDERS = {"def", "impl", "TORCH_FN", "op", "def_static", "TORCH_SELECTIVE_NAME"}
+
+
+def bound_names(cpp: CppFile) -> set[str]:
+    """Functions handed to pybind11 (m.def("f", &f)) or the dispatcher (m.impl("f", &f),
+    TORCH_FN(f)): the entry points Python calls."""
+    toks = cpp.tokens
+    out: set[str] = set()
+    partner = None
+    for k, t in enumerate(toks):
+        if t.kind == "id" and t.text in _BINDERS and k + 1 < len(toks) and toks[k + 1].text == "(":
+            if partner is None:
+                partner = match_brackets(toks)
+            close = partner[k + 1]
+            if close < 0:
+                continue
+            for arg in split_args(toks, k + 1, close):
+                words = [x for x in arg if x.text not in ("&", "::") and x.kind == "id"]
+                if words and all(x.kind == "id" or x.text in ("&", "::") for x in arg):
+                    out.add(words[-1].text)
+    return out
+
+
+def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str]) -> list[tuple[FuncSummary, int]]:
+    """(function, parameter index) pairs whose raw reads are not protected. A function that no
+    linted file calls protects nothing only if it is bound for Python (an entry point); one that
+    is neither called nor bound (a header whose callers are elsewhere) is left alone."""
     callers: dict[str, list[tuple[FuncSummary, list[tuple[str, int]]]]] = {}
     for s in summaries:
         for callee, kinds in s.calls:
@@ -222,7 +247,7 @@ def resolve_data_ptr(summaries: list[FuncSummary]) -> list[tuple[FuncSummary, in
             return True
         sites = [(c, kinds) for c, kinds in callers.get(s.name, []) if len(kinds) == len(s.params)]
         if not sites or depth > 8:
-            memo[key] = depth > 8
+            memo[key] = depth > 8 or s.name not in bound
             return memo[key]
         memo[key] = True  # assume protected inside a cycle
         result = True
@@ -482,12 +507,18 @@ def _aligned_alloc(path: str, cpp: CppFile, tok: Tok, args: list[list[Tok]], def
         f"aligned_alloc({align_text}, ({size_text} + {align_text} - 1) / {align_text} * {align_text})")
 
 
-def scan(path: str, text: str, data: bytes, codes: set[str]) -> tuple[list[Finding], list[FuncSummary]]:
+def scan(path: str, text: str, data: bytes, codes: set[str]) -> tuple[list[Finding], list[FuncSummary], set[str]]:
+    if "GPU009" in codes and not is_extension_source(data):
+        codes = codes - {"GPU009"}
+    if not codes:
+        return [], [], set()
     cpp = tokenize(text)
     findings: list[Finding] = []
     summaries: list[FuncSummary] = []
+    bound: set[str] = set()
     if "GPU010" in codes:
         findings += allocator_findings(path, cpp)
-    if "GPU009" in codes and is_extension_source(data):
+    if "GPU009" in codes:
         summaries = [s for s in summarise(path, cpp) if s.reads or s.calls]
-    return findings, summaries
+        bound = bound_names(cpp)
+    return findings, summaries, bound

@@ -65,6 +65,7 @@ class FileResult:
     digest: str | None = None  # of the bytes linted, when a finding carries edits
     suppress: dict[int, frozenset[str] | None] = field(default_factory=dict)
     cpp_summaries: list[Any] = field(default_factory=list)
+    cpp_bound: set[str] = field(default_factory=set)
     creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
     after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
 
@@ -216,7 +217,7 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
-        findings, result.cpp_summaries = cpprules.scan(path, text, data, codes)
+        findings, result.cpp_summaries, result.cpp_bound = cpprules.scan(path, text, data, codes)
     else:
         from gpudoctor.lint import archflags
 
@@ -346,7 +347,8 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
     if summaries:
         from gpudoctor.lint import cpprules
 
-        for s, i in cpprules.resolve_data_ptr(summaries):
+        bound = {name for fr in by_path.values() for name in fr.cpp_bound}
+        for s, i in cpprules.resolve_data_ptr(summaries, bound):
             f = cpprules.data_ptr_finding(s, i)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)

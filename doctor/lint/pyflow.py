@@ -295,11 +295,12 @@ class Interp:
 
     # entry points
 
-    def run(self) -> None:
+    def run(self, want=None) -> None:
+        """Interpret the module body and every function (those `want(fn)` accepts)."""
         tree = self.src.tree
         self.block(tree.body, {})
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for node in self.src.functions:
+            if want is None or want(node):
                 env: dict[str, Any] = {}
                 a = node.args
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
@@ -742,11 +743,15 @@ class Interp:
             self.ev(func, env) if not isinstance(func, ast.Name) else None
         args = [self.ev(a, env) for a in node.args]
         kws: dict[str, Any] = {}
+        # keywords can reach this file's own functions only through a local call: a method of
+        # an object, a name defined or bound here, dict(...); not torch.* or an imported function
+        local = is_method or (isinstance(func, ast.Name) and func.id not in self.src.imports)
         for k in node.keywords:
             v = self.ev(k.value, env)
             if k.arg:
                 kws[k.arg] = v
-                self._note_keyword(k.arg, k.value, v)
+                if local:
+                    self._note_keyword(k.arg, k.value, v)
         qual = self.src.qualname(func) if not is_method else None
 
         if is_method:

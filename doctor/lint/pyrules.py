@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from gpudoctor.lint import archflags
+from gpudoctor.lint import archflags, rules
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
 from gpudoctor.lint.pyflow import (AttentionEvent, FlashLayoutEvent, Interp, ShapeArgEvent, ShapeTensorEvent, TV,
                                    ViewEvent)
-from gpudoctor.lint.pysource import PySource, call_name, dotted, kwarg
+from gpudoctor.lint.pysource import PySource, call_name, dotted, kwarg, walk
 from gpudoctor.lint.rules import BY_CODE
 
 _CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
@@ -75,18 +75,39 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
 # --- dataflow rules ----------------------------------------------------------------------------
 
 
+# Per function: the text a function must contain for the dataflow to look at it for a rule.
+_TRIGGERS = {
+    "GPU001": (("softmax",), re.compile(rules.ATTENTION_PRODUCT.decode())),
+    "GPU003": ((".view(",), re.compile(rules.NONCONTIGUOUS.decode())),
+    "GPU004": (("tensor(", "stack(", "Tensor(", "_sizes", "shape", "size"), None),
+    "GPU008": (("flash_attn",), None),
+}
+
+
+def _wanted(text: str, codes: set[str]) -> bool:
+    for c in codes:
+        trigger = _TRIGGERS.get(c)
+        if trigger and any(w in text for w in trigger[0]) and (trigger[1] is None or trigger[1].search(text)):
+            return True
+    return False
+
+
 def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
+    def want(fn: ast.AST) -> bool:
+        return _wanted(src.scope_text(fn), codes)
+
     interp = Interp(src)
-    interp.run()
+    interp.run(want)
+    params = _param_names(src)
     if "GPU004" in codes and interp.kw_sizes:
         # Size tensors passed by keyword: functions of this file with a parameter of that name
         # receive them. One more pass with those parameters seeded.
-        params = _param_names(src.tree)
         seeds = {k: TV(rank=v.rank, sizes=True) for k, v in interp.kw_sizes.items() if k in params}
         if seeds:
+            events = interp.events
             interp = Interp(src, seeds)
-            interp.run()
-    params = _param_names(src.tree)
+            interp.run(lambda fn: want(fn) or bool(_fn_params(fn) & set(seeds)))
+            interp.events = events + [e for e in interp.events if e not in events]
     out: list[Finding] = []
     seen: set[tuple[int, int, str]] = set()
     for ev in interp.events:
@@ -110,12 +131,15 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
     return out
 
 
-def _param_names(tree: ast.AST) -> set[str]:
+def _fn_params(fn: ast.AST) -> set[str]:
+    a = fn.args  # type: ignore[attr-defined]
+    return {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+
+
+def _param_names(src: PySource) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            a = node.args
-            names.update(x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs])
+    for fn in src.functions:
+        names |= _fn_params(fn)
     return names
 
 
@@ -190,14 +214,15 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
     call_funcs: set[int] = set()
     calls: list[ast.Call] = []
     refs: list[ast.AST] = []
-    for node in ast.walk(src.tree):
+    for node, _ in src.nodes_on_lines(src.lines_matching("sdp_kernel"), (ast.Call, ast.Attribute, ast.Name)):
         if isinstance(node, ast.Call) and src.qualname(node.func) == _SDP:
             calls.append(node)
             call_funcs.add(id(node.func))
         elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
             refs.append(node)
+    calls.sort(key=lambda n: (n.lineno, n.col_offset))
     for node in refs:
-        if id(node) not in call_funcs and src.qualname(node) == _SDP and not _inside_attribute(node, refs):
+        if id(node) not in call_funcs and src.qualname(node) == _SDP:
             out.append(_finding(src, node, "GPU002",
                                 "torch.backends.cuda.sdp_kernel is deprecated (FutureWarning since PyTorch 2.3) and "
                                 "will be removed: use torch.nn.attention.sdpa_kernel with a list of SDPBackend values",
@@ -214,10 +239,6 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
         fix = _sdp_fix(src, call, listed)
         out.append(_finding(src, call, "GPU002", message + listed + ")", fix))
     return out
-
-
-def _inside_attribute(node: ast.AST, refs: list[ast.AST]) -> bool:
-    return False
 
 
 def _sdp_backends(call: ast.Call) -> list[str] | None:
@@ -251,20 +272,16 @@ def _sdp_fix(src: PySource, call: ast.Call, listed: str) -> Fix:
             return Fix(DISPLAY_ONLY, description)
         last = src.import_nodes[-1]
         pos = src.offset(last.end_lineno, last.end_col_offset)  # type: ignore[arg-type]
-        edits.append(Edit(pos, pos, "\nfrom torch.nn.attention import SDPBackend, sdpa_kernel"))
+        edits.append(Edit(pos, pos, src.newline + "from torch.nn.attention import SDPBackend, sdpa_kernel"))
     return Fix(SAFE, description, tuple(edits))
 
 
 def _module_bindings(src: PySource) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(src.tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for a in node.names:
-                names.add((a.asname or a.name).split(".")[0])
+    """Names bound anywhere in the file that could shadow the fix's imports."""
+    names = set(src.imports) | {n.name for n in src.functions} | {c.name for c in src.classes}
+    for name in ("sdpa_kernel", "SDPBackend"):
+        if re.search(r"\b%s\s*(=|,[^\n]*=)|as\s+%s\b" % (name, name), src.text):
+            names.add(name)
     return names
 
 
@@ -289,14 +306,15 @@ def _cast_of(node: ast.AST) -> tuple[ast.Call, str, ast.expr] | None:
 
 def _parameter_reassign(src: PySource) -> list[Finding]:
     out: list[Finding] = []
+    assigns = [st for st, _ in src.stmts if isinstance(st, ast.Assign) and len(st.targets) == 1]
     # parameters and standard modules per class, by attribute name on self
-    for cls in (n for n in ast.walk(src.tree) if isinstance(n, ast.ClassDef)):
+    for cls in src.classes:
         params: set[str] = set()
         modules: set[str] = set()
-        assigns: list[ast.Assign] = []
-        for node in ast.walk(cls):
+        stmts = [st for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for st in src.scope_statements(m)]
+        for node in stmts:
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                assigns.append(node)
                 key = dotted(node.targets[0])
                 if key and key.startswith("self.") and key.count(".") == 1:
                     if _is_parameter_call(src, node.value):
@@ -305,19 +323,23 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                         q = src.qualname(node.value.func) or ""
                         if q.startswith("torch.nn.") and _STD_WEIGHTED.match(q.rsplit(".", 1)[-1]):
                             modules.add(key)
-            elif isinstance(node, ast.Call) and call_name(node) == "register_parameter" and node.args and \
-                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) and \
-                    isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "self":
-                params.add("self." + node.args[0].value)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                c = node.value
+                if call_name(c) == "register_parameter" and c.args and isinstance(c.args[0], ast.Constant) and \
+                        isinstance(c.args[0].value, str) and isinstance(c.func, ast.Attribute) and \
+                        dotted(c.func.value) == "self":
+                    params.add("self." + c.args[0].value)
         known = params | {f"{m}.weight" for m in modules} | {f"{m}.bias" for m in modules}
-        for node in assigns:
-            f = _reassign(src, node, known)
-            if f:
-                out.append(f)
+        if known:
+            for node in stmts:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                    f = _reassign(src, node, known)
+                    if f:
+                        out.append(f)
     # module level and plain functions: `m.p = nn.Parameter(...)` then `m.p = m.p.to(...)`
-    for scope in [src.tree, *[n for n in ast.walk(src.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]]:
+    for scope in [src.tree, *src.functions]:
         known = set()
-        for node in _statements(scope.body):  # type: ignore[attr-defined]
+        for node in src.scope_statements(scope):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 key = dotted(node.targets[0])
                 if key and "." in key and not key.startswith("self.") and _is_parameter_call(src, node.value):
@@ -327,8 +349,8 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                     if f:
                         out.append(f)
     # `x.p = nn.Parameter(t).to(...)`
-    for node in ast.walk(src.tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
+    for node in assigns:
+        if isinstance(node.targets[0], ast.Attribute):
             cast = _cast_of(node.value)
             if cast and _is_parameter_call(src, cast[2]):
                 out.append(_parameter_then_cast(src, node, cast))
@@ -400,33 +422,38 @@ def _str_const(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _parents(roots: list[ast.AST]) -> dict[int, ast.AST]:
+    parents: dict[int, ast.AST] = {}
+    for root in roots:
+        for node in walk([root]):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+    return parents
+
+
 def _arch_flags(src: PySource) -> list[Finding]:
     out: list[Finding] = []
-    parents: dict[int, ast.AST] = {}
-    scopes: dict[int, ast.AST] = {}
-
-    def index(node: ast.AST, scope: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-            scopes[id(child)] = scope
-            index(child, child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope)
-
-    index(src.tree, src.tree)
     verdicts: list[tuple[archflags.Verdict, ast.AST]] = []
-    # 1. flag lists
-    for node in ast.walk(src.tree):
-        if not isinstance(node, (ast.List, ast.Tuple)):
-            continue
-        if not any(archflags.FLAG_HINT.search(s) for s in map(_str_const, node.elts) if s):
-            continue
-        if isinstance(parents.get(id(node)), (ast.List, ast.Tuple)):
-            continue
-        group = _flag_group(src, node, parents, scopes)
-        if group is None:
-            continue
-        verdict = archflags.judge(archflags.nvcc_targets(group), "these nvcc flags")
-        if verdict:
-            verdicts.append((verdict, node))
+    # 1. flag lists, on the lines that mention nvcc architecture flags
+    hint_lines = src.lines_matching(archflags.FLAG_HINT)
+    lists = [(n, sc) for n, sc in src.nodes_on_lines(hint_lines, (ast.List, ast.Tuple))
+             if any(archflags.FLAG_HINT.search(x) for x in map(_str_const, n.elts) if x)]  # type: ignore[attr-defined]
+    if lists:
+        stmt_of = {}
+        for st, sc in src.stmts:
+            stmt_of.setdefault((st.lineno, st.end_lineno), st)
+        roots = [st for st, _ in src.stmts if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                 and any(st.lineno <= n.lineno <= st.end_lineno for n, _ in lists)]  # type: ignore[operator]
+        parents = _parents(roots)
+        for node, scope in lists:
+            if isinstance(parents.get(id(node)), (ast.List, ast.Tuple)):
+                continue
+            group = _flag_group(src, node, parents, scope)
+            if group is None:
+                continue
+            verdict = archflags.judge(archflags.nvcc_targets(group), "these nvcc flags")
+            if verdict:
+                verdicts.append((verdict, node))
     # 2. TORCH_CUDA_ARCH_LIST set from Python
     values, unknown = _torch_arch_values(src)
     if values and not unknown and len({v.text for v, _ in values}) == 1:
@@ -437,7 +464,9 @@ def _arch_flags(src: PySource) -> list[Finding]:
     for verdict, node in verdicts:
         start = verdict.anchor.start
         if start is not None:
-            line = src.text.count("\n", 0, start) + 1
+            import bisect
+
+            line = bisect.bisect_right(src.starts, start)
             col = start - src.starts[line - 1]
             byte_col = len(src.lines[line - 1][:col].encode("utf-8"))
         else:
@@ -465,8 +494,10 @@ def _string_toks(src: PySource, node: ast.AST) -> list[archflags.Tok] | None:
     return toks
 
 
-def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scopes: dict[int, ast.AST]) \
+def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope: ast.AST) \
         -> list[archflags.Tok] | None:
+    """The flag words of a list literal plus everything concatenated with it or appended to the
+    name it is assigned to (in the same scope); None when any of that is not a literal."""
     toks: list[archflags.Tok] = []
 
     def add_literal(node: ast.AST) -> bool:
@@ -497,32 +528,41 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scopes
         name = dotted(parent.targets[0])
     elif isinstance(parent, ast.AugAssign):
         return None
-    if name:
-        scope = scopes.get(id(parent), src.tree)
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    dotted(node.func.value) == name and node.func.attr in ("append", "extend", "insert", "__iadd__"):
-                for a in node.args[1:] if node.func.attr == "insert" else node.args:
-                    if not add_literal(a):
-                        return None
-            elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
-                if not add_literal(node.value):
+    if not name:
+        return toks
+    scope_lines = set(range(scope.lineno, scope.end_lineno + 1)) if hasattr(scope, "end_lineno") else None  # type: ignore[attr-defined]
+    pattern = re.compile(r"(?<![\w.])%s\b" % re.escape(name))
+    lines = src.lines_matching(pattern)
+    if scope_lines is not None:
+        lines &= scope_lines
+    for node, sc in src.nodes_on_lines(lines, (ast.Call, ast.AugAssign, ast.Assign, ast.BinOp, ast.Starred)):
+        if sc is not scope and scope is not src.tree:
+            continue
+        if node is parent:
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                dotted(node.func.value) == name and node.func.attr in ("append", "extend", "insert", "__iadd__"):
+            for a in node.args[1:] if node.func.attr == "insert" else node.args:
+                if not add_literal(a):
                     return None
-            elif isinstance(node, ast.Assign) and node is not parent and any(dotted(t) == name for t in node.targets):
-                if not _is_self_concat(node.value, name, add_literal):
-                    return None
-            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
-                    name in (dotted(node.left), dotted(node.right)):
-                other = node.right if dotted(node.left) == name else node.left
-                if not add_literal(other):
-                    return None
-            elif isinstance(node, ast.Starred) and dotted(node.value) == name:
+        elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
+            if not add_literal(node.value):
                 return None
+        elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+            if not _is_self_concat(node.value, name, add_literal):
+                return None
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
+                name in (dotted(node.left), dotted(node.right)):
+            other = node.right if dotted(node.left) == name else node.left
+            if not add_literal(other):
+                return None
+        elif isinstance(node, ast.Starred) and dotted(node.value) == name:
+            return None
     return toks
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(tree))
+    return any(n is node for n in walk([tree]))
 
 
 def _is_self_concat(value: ast.AST, name: str, add_literal) -> bool:
@@ -550,7 +590,7 @@ def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST
         start = toks[0].start - value.find(toks[0].text) if toks and toks[0].start is not None else None
         values.append((archflags.Tok(value, start), node))
 
-    for node in ast.walk(src.tree):
+    for node, _ in src.nodes_on_lines(src.lines_matching(key), (ast.Assign, ast.Call, ast.Dict)):
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 if isinstance(t, ast.Subscript) and _str_const(t.slice) == key:
@@ -574,9 +614,8 @@ def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST
 
 def _xformers(src: PySource) -> list[Finding]:
     out: list[Finding] = []
-    for node in ast.walk(src.tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node, _ in src.nodes_on_lines(src.lines_matching("memory_efficient_attention"), (ast.Call,)):
+        assert isinstance(node, ast.Call)
         name = call_name(node)
         if name == "enable_xformers_memory_efficient_attention" and isinstance(node.func, ast.Attribute):
             out.append(_finding(src, node, "GPU007", (
@@ -647,12 +686,12 @@ def _creates_module(src: PySource, node: ast.AST, local_modules: set[str]) -> bo
                                                                            "Identity", "Dropout", "ParameterList"):
         return True
     if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
-        return any(_creates_module(src, n, local_modules) for n in ast.walk(node) if n is not node)
+        return any(_creates_module(src, n, local_modules) for n in walk([node]) if n is not node)
     return last in local_modules and isinstance(node.func, ast.Name)
 
 
 def _local_modules(src: PySource) -> set[str]:
-    classes = {n.name: n for n in ast.walk(src.tree) if isinstance(n, ast.ClassDef)}
+    classes = {c.name: c for c in src.classes}
     found: set[str] = set()
     changed = True
     while changed:
@@ -663,39 +702,45 @@ def _local_modules(src: PySource) -> set[str]:
             for b in cls.bases:
                 q = src.qualname(b) or ""
                 last = q.rsplit(".", 1)[-1]
-                if q.startswith("torch.nn.") and last == "Module" or last in found or \
-                        last in ("Module", "ModelMixin", "PreTrainedModel"):
+                if last in found or last in ("Module", "ModelMixin", "PreTrainedModel"):
                     found.add(name)
                     changed = True
                     break
     return found
 
 
+_CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
+_CONVERT_TEXT = re.compile(r"\.(to|half|bfloat16|float|type|cuda)\(|dtype|device")
+_SIMPLE = (ast.Assign, ast.Expr, ast.AugAssign, ast.AnnAssign, ast.Return)
+
+
 def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     local = _local_modules(src)
-    scopes = [src.tree, *[n for n in ast.walk(src.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]]
-    for scope in scopes:
-        stmts = list(_statements(scope.body))  # type: ignore[attr-defined]
+    for scope in [src.tree, *src.functions]:
+        text = src.text if scope is src.tree else src.scope_text(scope)
+        if not _CAST_TEXT.search(text):
+            continue
         cast_at: dict[str, int] = {}
         pending: dict[str, tuple[ast.Assign, str]] = {}
-        for s in stmts:
-            calls = [n for n in ast.walk(s) if isinstance(n, ast.Call)] if not isinstance(
-                s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else []
+        for s in src.scope_statements(scope):
+            if not isinstance(s, _SIMPLE):
+                continue
+            value = getattr(s, "value", None)
             # conversions resolve pending modules (X.to(...), X.sub.to(...), X.half())
-            for c in calls:
-                if isinstance(c.func, ast.Attribute) and c.func.attr in _CASTS | {"bfloat16", "half"}:
-                    recv = dotted(c.func.value) or ""
-                    for key in list(pending):
-                        if key == recv or key.startswith(recv + ".") or recv.startswith(key + "."):
-                            del pending[key]
+            if pending and _CONVERT_TEXT.search(src.segment(s)):
+                for c in walk([s]):
+                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and \
+                            c.func.attr in _CASTS | {"bfloat16", "half"}:
+                        recv = dotted(c.func.value) or ""
+                        for key in list(pending):
+                            if key == recv or key.startswith(recv + ".") or recv.startswith(key + "."):
+                                del pending[key]
             # a cast of X (as a statement or X = X.to(...))
-            for c in calls:
-                recv = _cast_event(c)
-                if recv and (isinstance(s, ast.Expr) and s.value is c or isinstance(s, ast.Assign) and s.value is c):
-                    cast_at[recv] = s.lineno
-                    root = recv.split(".")[0]
-                    cast_at.setdefault(root, s.lineno)
+            recv = _cast_event(value) if isinstance(s, (ast.Expr, ast.Assign)) else None
+            if recv:
+                cast_at[recv] = s.lineno
+                cast_at.setdefault(recv.split(".")[0], s.lineno)
             # X.attr = nn.Linear(...) after a cast of X
             if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute):
                 key = dotted(s.targets[0])
@@ -704,19 +749,18 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                         _creates_module(src, s.value, local):
                     pending[key] = (s, owner)
             # calls on a cast object: candidates for the cross-file part
-            if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(s.value, ast.Call):
-                c = s.value
-                if isinstance(c.func, ast.Attribute):
-                    recv = dotted(c.func.value) or ""
-                    root = recv.split(".")[0] if recv else ""
-                    if root and root in cast_at and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
-                        facts.after_cast.append((c.func.attr, c.lineno, src.char_col(c.lineno, c.func.end_col_offset  # type: ignore[arg-type]
-                                                                                  - len(c.func.attr)) + 1,
-                                                 root, cast_at[root], recv))
+            if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(value, ast.Call) and \
+                    isinstance(value.func, ast.Attribute):
+                c = value
+                recv_name = dotted(c.func.value) or ""
+                root = recv_name.split(".")[0] if recv_name else ""
+                if root and root in cast_at and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
+                    col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
+                    facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
             # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` is a cast too
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.value, ast.Call):
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(value, ast.Call):
                 target = dotted(s.targets[0])
-                td = kwarg(s.value, "torch_dtype")
+                td = kwarg(value, "torch_dtype")
                 if target and td is not None and _dtype_like(td):
                     cast_at[target] = s.lineno
         for key, (s, owner) in pending.items():
@@ -726,37 +770,27 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                 f"have the same dtype'; create it with dtype= or convert it (.to(dtype=..., device=...))"),
                 Fix(DISPLAY_ONLY, f"convert it: {key} = {key}.to(dtype=..., device=...) (those of {owner})")))
     # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules
-    for cls in (n for n in ast.walk(src.tree) if isinstance(n, ast.ClassDef) and n.name in local):
+    for cls in src.classes:
+        if cls.name not in local:
+            continue
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        from_init = _called_from(methods, "__init__")
+        from_init = _called_from(src, methods, "__init__")
         for name, m in methods.items():
             if name in from_init or name.startswith(_BUILDER):
                 continue
             created = []
-            body = list(_statements(m.body))
-            for i, s in enumerate(body):
-                if isinstance(s, ast.Assign) and len(s.targets) == 1 and dotted(s.targets[0]) and \
+            for s in src.scope_statements(m):
+                if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                         (dotted(s.targets[0]) or "").startswith("self.") and _creates_module(src, s.value, local):
-                    later = body[i + 1:]
-                    if not any(_converts(x) for x in later):
-                        created.append((dotted(s.targets[0]) or "", s.lineno))
+                    later = "".join(src.lines[s.end_lineno:m.end_lineno])  # type: ignore[misc]
+                    if not _CONVERT_TEXT.search(later):
+                        created.append(dotted(s.targets[0]) or "")
             if created:
-                facts.creators[name] = (src.path, m.lineno, tuple(a for a, _ in created))
+                facts.creators[name] = (src.path, m.lineno, tuple(created))
     return out
 
 
-def _converts(stmt: ast.stmt) -> bool:
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _CASTS | {"bfloat16", "half"}:
-            return True
-        if isinstance(n, (ast.Name, ast.Attribute)):
-            text = n.id if isinstance(n, ast.Name) else n.attr
-            if "dtype" in text or "device" in text:
-                return True
-    return False
-
-
-def _called_from(methods: dict[str, ast.AST], root: str) -> set[str]:
+def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[str]:
     seen: set[str] = set()
     todo = [root]
     while todo:
@@ -765,7 +799,5 @@ def _called_from(methods: dict[str, ast.AST], root: str) -> set[str]:
         if m is None or name in seen:
             continue
         seen.add(name)
-        for n in ast.walk(m):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == "self":
-                todo.append(n.func.attr)
+        todo += re.findall(r"self\.(\w+)\(", src.scope_text(m))
     return seen

@@ -33,12 +33,41 @@ class Rule:
     fix: str
     fix_safety: str  # "safe" / "unsafe" / "display-only", then why
     near_misses: str
+    # Optional regex over the raw bytes, checked after the substring groups pass.
+    pattern: bytes | tuple[bytes, ...] | None = None  # every one must match
 
     def wants(self, data: bytes) -> bool:
-        return all(any(s in data for s in group) for group in self.prefilter)
+        if not all(any(s in data for s in group) for group in self.prefilter):
+            return False
+        if self.pattern is None:
+            return True
+        patterns = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+        return all(_compiled(p).search(data) is not None for p in patterns)
 
 
 _CASTS = (b".to(", b".half(", b".bfloat16(", b".float(", b".double(", b".cuda(", b".cpu(", b".type(")
+_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def _compiled(pattern: bytes) -> re.Pattern[bytes]:
+    if pattern not in _PATTERNS:
+        _PATTERNS[pattern] = re.compile(pattern, re.M)
+    return _PATTERNS[pattern]
+
+
+# GPU001: a product of two operands (not a decorator's @).
+ATTENTION_PRODUCT = rb"\bbmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
+# GPU003: something that makes a tensor non-contiguous (`.T`, not `.Tensor`).
+NONCONTIGUOUS = (rb"\.(?:transpose|permute|swapaxes|swapdims)\(|\.mT\b|\.t\(\)|\.T\b|scaled_dot_product_attention"
+                 rb"|rearrange\(")
+# GPU004: a tensor built from sizes.
+SIZE_TENSOR = (rb"(?:tensor|LongTensor|IntTensor)\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)"
+               rb"|\w*_sizes?[ \t]*=[ \t]*torch\.")
+# GPU004: a tuple unpacked from, or a for loop over, a (subscripted) name; or a shape= keyword
+# given a subscript.
+_UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
+           rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
+           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[")
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -48,6 +77,7 @@ RULES: tuple[Rule, ...] = (
         title="hand-written attention materialises the full score matrix",
         kinds=(PYTHON,),
         prefilter=((b"softmax",), (b"bmm", b"matmul", b"@", b"einsum")),
+        pattern=ATTENTION_PRODUCT,
         what=(
             "A product of two activations (torch.baddbmm / bmm / matmul / einsum / @, typically q and "
             "k transposed) whose result goes through a softmax and is then multiplied with a third "
@@ -117,7 +147,9 @@ RULES: tuple[Rule, ...] = (
         kb_id="view-stride",
         title=".view() merges dimensions of a transposed, permuted or SDPA-output tensor",
         kinds=(PYTHON,),
-        prefilter=((b".view(",), (b"transpose", b"permute", b".mT", b".t()", b".T", b"scaled_dot_product_attention", b"rearrange")),
+        prefilter=((b".view(",), (b"transpose", b"permute", b"swap", b".mT", b".t()", b".T", b"scaled_dot_product_attention",
+                                  b"rearrange")),
+        pattern=NONCONTIGUOUS,
         what=(
             "x.view(...) where x is, in the same function, the result of transpose / permute / .t() / "
             ".mT / .T or of F.scaled_dot_product_attention (or a value derived from one of those "
@@ -153,7 +185,9 @@ RULES: tuple[Rule, ...] = (
         kb_id="misaligned-address",
         title="shape values held as tensors are used in arithmetic before int() / .tolist()",
         kinds=(PYTHON,),
-        prefilter=((b"tensor(", b"stack(", b"Tensor(", b"_sizes", b"shape="),),
+        prefilter=((b"torch.tensor(", b"as_tensor(", b"LongTensor(", b"IntTensor(", b"new_tensor(", b"torch.stack("),
+                   (b".shape", b".size()", b"torch.long", b"torch.int")),
+        pattern=(SIZE_TENSOR, _UNPACK),
         what=(
             "Names unpacked from (or iterated over) a 1-D tensor of sizes, such as "
             "`N_t, N_h, N_w = grid_sizes[0]` where grid_sizes = torch.stack([torch.tensor(u.shape[2:]) ...]), "
@@ -186,6 +220,8 @@ RULES: tuple[Rule, ...] = (
         title="an nn.Parameter attribute is assigned the plain tensor that .to() / .half() returns",
         kinds=(PYTHON,),
         prefilter=((b"Parameter", b".weight", b".bias"), _CASTS),
+        pattern=rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\("
+                rb"|Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
         what=(
             "`self.p = self.p.to(...)` (or .half() / .float() / .cuda() / ...) where self.p is an "
             "nn.Parameter (created with nn.Parameter / register_parameter in the same class, or the "
@@ -218,7 +254,10 @@ RULES: tuple[Rule, ...] = (
         kb_id="no-kernel-image",
         title="CUDA build flags target a single GPU architecture",
         kinds=(PYTHON, BUILD),
-        prefilter=((b"sm_", b"compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES"),),
+        prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
+                    b"gpu-architecture", b"-code"),),
+        pattern=rb"-arch[= \"']|--gpu-architecture|-gencode|--generate-code|arch=compute_|TORCH_CUDA_ARCH_LIST"
+                rb"|CUDA_ARCHITECTURES|-code[= ]",
         what=(
             "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
             "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "
@@ -344,7 +383,9 @@ RULES: tuple[Rule, ...] = (
         kb_id="custom-allocator",
         title="custom allocator: size not a multiple of the alignment, or freed with the wrong function",
         kinds=(CPP,),
-        prefilter=((b"alloc", b"Alloc", b"new "),),
+        prefilter=((b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
+                    b"cudaMalloc", b"cudaHostAlloc", b"hipMalloc", b"alloc_cpu("),
+                   (b"free", b"Free", b"deleter", b"aligned_alloc")),
         what=(
             "aligned_alloc(alignment, size) where size is not provably a multiple of alignment; memory "
             "from _aligned_malloc released with free (or malloc'd memory with _aligned_free, new with "
@@ -375,7 +416,9 @@ RULES: tuple[Rule, ...] = (
         kb_id="dtype-mismatch",
         title="a submodule or parameter is created after the model was cast and is never converted",
         kinds=(PYTHON,),
-        prefilter=((b"nn.", b"Module", b"Linear", b"Parameter"), (b"dtype", b".half(", b".bfloat16(")),
+        prefilter=((b"nn.", b"Module", b"Linear", b"Parameter"),),
+        # a cast (the cross-file call site) or an nn module assigned to self (the creators)
+        pattern=rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]|torch_dtype\s*=|\.(?:half|bfloat16)\(\)|\.to\([^)\n]*dtype",
         what=(
             "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
             "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "

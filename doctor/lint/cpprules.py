@@ -481,21 +481,56 @@ def _first_brace_arg(toks: list[Tok], partner: list[int], k: int) -> str | None:
     return None
 
 
+def _const_value(words: list[str], cpp: CppFile, definitions: dict[str, list[str]], depth: int = 0) -> int | None:
+    """The value of an integer constant expression: literals, + - * / << >> and parentheses,
+    names #define'd or assigned in the function to such expressions."""
+    if depth > 4 or not words:
+        return None
+    out = []
+    for w in words:
+        if re.fullmatch(r"\d+[uUlL]*", w):
+            out.append(str(_int(w)))
+        elif w in ("+", "-", "*", "/", "(", ")", "<<", ">>"):
+            out.append("//" if w == "/" else w)
+        elif re.fullmatch(r"[A-Za-z_]\w*", w):
+            if w in definitions:
+                v = _const_value(definitions[w], cpp, definitions, depth + 1)
+            elif w in cpp.macros:
+                v = _const_value(re.findall(r"\w+|<<|>>|\S", cpp.macros[w]), cpp, definitions, depth + 1)
+            else:
+                v = None
+            if v is None:
+                return None
+            out.append(str(v))
+        else:
+            return None
+    try:
+        value = eval("".join(out), {"__builtins__": {}}, {})  # digits and operators only
+    except Exception:
+        return None
+    return value if isinstance(value, int) else None
+
+
+def _constant_like(name: str) -> bool:
+    """kMaxBytes, BUF_BYTES: a compile-time constant whose value is chosen, not computed."""
+    return bool(re.fullmatch(r"k[A-Z]\w*|[A-Z][A-Z0-9_]+", name))
+
+
 def _aligned_alloc(path: str, cpp: CppFile, tok: Tok, args: list[list[Tok]], definitions: dict[str, list[str]],
                    percent_names: set[str]) -> Finding | None:
     align_words = [t.text for t in args[0]]
     size_words = [t.text for t in args[1]]
-    align = _int(align_words[0]) if len(align_words) == 1 else None
-    size = _int(size_words[0]) if len(size_words) == 1 else None
+    align = _const_value(align_words, cpp, definitions)
+    size = _const_value(size_words, cpp, definitions)
     if size is not None:
-        if align is not None and size % align == 0:
-            return None
-        if align is None:
+        if align is None or (align and size % align == 0):
             return None
     elif _rounding_evidence(size_words):
         return None
     else:
-        names = [w for w in size_words if re.match(r"^[A-Za-z_]\w*$", w)]
+        names = [w for w in size_words if re.match(r"^[A-Za-z_]\w*$", w) and w != "sizeof"]
+        if len(names) == 1 and len(size_words) == 1 and _constant_like(names[0]) and names[0] not in definitions:
+            return None
         for n in names:
             if n in percent_names or (n in definitions and _rounding_evidence(definitions[n])):
                 return None

@@ -187,6 +187,24 @@ _SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
 _INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
 
 
+_MISSING = object()
+
+
+def _join_tv(values: list[Any]) -> TV | None:
+    """Tensors from different paths: the same rank and known layouts join into one value whose
+    candidate layouts are all of theirs (a view that fails on any path is reported)."""
+    if not all(isinstance(v, TV) for v in values):
+        return None
+    first = values[0]
+    if first.rank is None or any(v.rank != first.rank or v.layouts is None for v in values):
+        return None
+    layouts = frozenset().union(*(v.layouts for v in values))  # type: ignore[arg-type]
+    origin = next((v for v in values if v.origin is not None), None)
+    same = lambda attr: getattr(first, attr) if all(getattr(v, attr) == getattr(first, attr) for v in values) else None  # noqa: E731
+    return TV(rank=first.rank, dims=same("dims"), layouts=layouts, origin=origin.origin if origin else None,
+              origin_kind=origin.origin_kind if origin else "", roles=same("roles"))
+
+
 def _identity(rank: int) -> tuple[int, ...]:
     return tuple(range(rank))
 
@@ -392,7 +410,15 @@ class Interp:
     @staticmethod
     def _join_into(env: dict[str, Any], *paths: dict[str, Any]) -> None:
         first, rest = paths[0], paths[1:]
-        joined = {k: v for k, v in first.items() if all(k in p and p[k] == v for p in rest)}
+        joined = {}
+        for k, v in first.items():
+            others = [p.get(k, _MISSING) for p in rest]
+            if all(o == v for o in others):
+                joined[k] = v
+            else:
+                merged = _join_tv([v, *others])
+                if merged is not None:
+                    joined[k] = merged
         env.clear()
         env.update(joined)
 
@@ -704,6 +730,8 @@ class Interp:
     def product(self, a: Any, b: Any, node: ast.AST, anode: ast.AST | None, bnode: ast.AST | None) -> TV:
         a, b = _as_tv(a), _as_tv(b)
         probs = a if a.attn == "probs" else b if b.attn == "probs" else None
+        if probs is not None and self._weightish(bnode if probs is a else anode):
+            probs = None  # probabilities times a parameter: a classifier, not attention
         rank = max(a.rank, b.rank) if a.rank is not None and b.rank is not None and min(a.rank, b.rank) >= 2 else None
         dims = None
         if rank is not None and a.dims and b.dims and a.rank == b.rank:
@@ -724,7 +752,13 @@ class Interp:
 
     @staticmethod
     def _weightish(node: ast.AST | None) -> bool:
-        """self.weight, self.proj.weight: a module's parameter, not an activation."""
+        """self.weight, self.proj.weight (also transposed or cast): a module's parameter, not an
+        activation."""
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("t", "transpose", "to", "float", "half", "type_as", "permute"):
+            node = node.func.value
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+            node = node.value
         if not isinstance(node, ast.Attribute):
             return False
         key = dotted(node)
@@ -1137,7 +1171,9 @@ class Interp:
             for L in base:
                 if L == _identity(tv.rank):
                     continue
-                if rank < tv.rank and not any(L[d + 1] == L[d] + 1 for d in range(tv.rank - 1)):
+                if rank == 1 and not _merge_ok(list(range(tv.rank)), L, set()):
+                    illegal = True  # view(-1) merges every dimension
+                elif rank < tv.rank and not any(L[d + 1] == L[d] + 1 for d in range(tv.rank - 1)):
                     illegal = True
             unknown = True
         else:

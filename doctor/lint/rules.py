@@ -135,9 +135,9 @@ RULES: tuple[Rule, ...] = (
             "'memory-efficient only')."
         ),
         fix_safety=(
-            "safe when every enable_* argument is a literal True/False: the new call is exactly what the "
-            "shim runs (PyTorch >= 2.3); the import is added after the module's imports. With a computed "
-            "flag the fix is display-only."
+            "safe: when every enable_* argument is a literal True/False the new call is exactly what the "
+            "shim runs (PyTorch >= 2.3), and the import is added after the module's imports. With a "
+            "computed flag the fix is display-only."
         ),
         near_misses="torch.nn.attention.sdpa_kernel itself, and a function merely named sdp_kernel in your own module, do not fire.",
     ),
@@ -201,7 +201,8 @@ RULES: tuple[Rule, ...] = (
             "the shape arithmetic itself cannot misalign anything. It also costs a sync per op and "
             "breaks torch.compile graphs."
         ),
-        example="N_t, N_h, N_w = grid_sizes[0]\nexpected_tokens = int(N_t * N_h * N_w)",
+        example=("grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])\n"
+                 "N_t, N_h, N_w = grid_sizes[0]\nexpected_tokens = int(N_t * N_h * N_w)"),
         fix="N_t, N_h, N_w = grid_sizes[0].tolist()   # Python ints\nexpected_tokens = N_t * N_h * N_w",
         fix_safety=(
             "unsafe: .tolist() gives Python numbers; code that later needs the values as tensors (a "
@@ -280,9 +281,9 @@ RULES: tuple[Rule, ...] = (
             "extra_cuda_cflags and let TORCH_CUDA_ARCH_LIST decide."
         ),
         fix_safety=(
-            "safe where the fix only adds PTX (\"8.6\" -> \"8.6+PTX\", code=sm_86 -> code=[sm_86,compute_86], "
-            "\"86-real\" -> \"86\"): the same SASS is built, plus PTX that newer GPUs can JIT. Choosing "
-            "other architectures is display-only."
+            "safe: where the fix only adds PTX (\"8.6\" -> \"8.6+PTX\", code=sm_86 -> code=[sm_86,compute_86], "
+            "\"86-real\" -> \"86\") the same SASS is built, plus PTX that newer GPUs can JIT. Choosing "
+            "other architectures (a lone -arch=sm_XY) is display-only."
         ),
         near_misses=(
             "Lists that cover several architectures, any list with PTX (+PTX, code=compute_XY, CMake "
@@ -385,7 +386,9 @@ RULES: tuple[Rule, ...] = (
         kinds=(CPP,),
         prefilter=((b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
                     b"cudaMalloc", b"cudaHostAlloc", b"hipMalloc", b"alloc_cpu("),
-                   (b"free", b"Free", b"deleter", b"aligned_alloc")),
+                   (b"free", b"Free", b"deleter", b"aligned_alloc"),
+                   # PyTorch backend / allocator code, not any C program
+                   (b"c10/", b"ATen/", b"torch/", b"DataPtr", b"PrivateUse1", b"privateuseone", b"Allocator")),
         what=(
             "aligned_alloc(alignment, size) where size is not provably a multiple of alignment; memory "
             "from _aligned_malloc released with free (or malloc'd memory with _aligned_free, new with "
@@ -416,9 +419,10 @@ RULES: tuple[Rule, ...] = (
         kb_id="dtype-mismatch",
         title="a submodule or parameter is created after the model was cast and is never converted",
         kinds=(PYTHON,),
-        prefilter=((b"nn.", b"Module", b"Linear", b"Parameter"),),
+        prefilter=((b"nn.", b"Module", b"Parameter", b"dtype", b".half()", b".bfloat16()"),),
         # a cast (the cross-file call site) or an nn module assigned to self (the creators)
-        pattern=rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]|torch_dtype\s*=|\.(?:half|bfloat16)\(\)|\.to\([^)\n]*dtype",
+        pattern=rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]|torch_dtype\s*=|\.(?:half|bfloat16)\(\)"
+                rb"|\.to\([^)\n]*(?:dtype|bfloat16|float16|half)",
         what=(
             "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
             "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "

@@ -43,6 +43,30 @@ class Module:
         scores = torch.bmm(q, k.transpose(1, 2))  # <-
         probs = self.attn_drop(self.softmax(scores))
         return torch.bmm(probs, v)
+
+class Attention:
+    def get_attention_scores(self, query, key):
+        scores = torch.baddbmm(self.empty(query, key), query, key.transpose(-1, -2), beta=0, alpha=self.scale)
+        return scores.softmax(dim=-1)
+
+class AttnProcessor:
+    def __call__(self, attn, hidden_states):
+        query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        attention_probs = attn.get_attention_scores(query, key)  # <-
+        return torch.bmm(attention_probs, value)
+
+def fallback(q, k, v, fused):
+    if fused:
+        return F.scaled_dot_product_attention(q, k, v)
+    else:
+        attn = (q @ k.transpose(-2, -1)).softmax(-1)     # a fallback beside SDPA: not reported
+        return attn @ v
+
+def beside_xformers(q, k, v, use_xformers):
+    if use_xformers:
+        return xformers.ops.memory_efficient_attention(q, k, v)
+    attn = torch.bmm(q, k.transpose(1, 2))  # <-
+    return torch.bmm(attn.softmax(-1), v)
 """
 
 ATTENTION_NEAR_MISSES = """

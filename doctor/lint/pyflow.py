@@ -308,6 +308,11 @@ class Interp:
         self.events: list[Any] = []
         self.kw_sizes: dict[str, TV] = {}  # keyword name -> size tensor passed under it
         self.param_seeds = param_seeds or {}
+        # functions of this file that return a softmax of scores (get_attention_scores), and the
+        # names to treat that way on a second run
+        self.returns_probs: set[str] = set()
+        self.probs_funcs: set[str] = set()
+        self._current = ""
         self._scalar_reported: set[int] = set()
         self._attn_reported: set[int] = set()
 
@@ -319,6 +324,7 @@ class Interp:
         self.block(tree.body, {})
         for node in self.src.functions:
             if want is None or want(node):
+                self._current = node.name
                 env: dict[str, Any] = {}
                 a = node.args
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
@@ -348,7 +354,9 @@ class Interp:
                 env[s.target.id] = self.binop(cur, other, s.op, s)
         elif isinstance(s, (ast.Expr, ast.Return)):
             if s.value is not None:
-                self.ev(s.value, env)
+                v = self.ev(s.value, env)
+                if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn == "probs" and self._current:
+                    self.returns_probs.add(self._current)
         elif isinstance(s, ast.If):
             self.ev(s.test, env)
             a, b = dict(env), dict(env)
@@ -787,6 +795,8 @@ class Interp:
                 if local:
                     self._note_keyword(k.arg, k.value, v)
         qual = self.src.qualname(func) if not is_method else None
+        if name in self.probs_funcs:
+            return TV(attn="probs", attn_origin=node)
 
         if is_method:
             return self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,

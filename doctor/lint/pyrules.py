@@ -98,6 +98,14 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
 
     interp = Interp(src)
     interp.run(want)
+    if "GPU001" in codes and interp.returns_probs:
+        # get_attention_scores(q, k) returns softmax(q k^T): its callers multiply with v
+        names = set(interp.returns_probs)
+        pattern = re.compile(r"\b(%s)\(" % "|".join(map(re.escape, sorted(names))))
+        again = Interp(src)
+        again.probs_funcs = names
+        again.run(lambda fn: bool(pattern.search(src.scope_text(fn))) and fn.name not in names)
+        interp.events += again.events
     params = _param_names(src)
     if "GPU004" in codes and interp.kw_sizes:
         # Size tensors passed by keyword: functions of this file with a parameter of that name
@@ -115,7 +123,7 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
         elif isinstance(ev, AttentionEvent) and "GPU001" in codes:
-            f = _attention_finding(src, ev)
+            f = None if _beside_sdpa(src, ev.scores) else _attention_finding(src, ev)
         elif isinstance(ev, ShapeTensorEvent) and "GPU004" in codes:
             f = _shape_tensor_finding(src, ev)
         elif isinstance(ev, ShapeArgEvent) and "GPU004" in codes and ev.keyword not in params:
@@ -166,6 +174,23 @@ def _view_finding(src: PySource, ev: ViewEvent) -> Finding | None:
     fix = Fix(SAFE, "replace .view( with .reshape(", (Edit(start, end, "reshape"),))
     f = _finding(src, ev.call, "GPU003", message, fix, line=line, byte_col=byte_col)
     return f
+
+
+def _beside_sdpa(src: PySource, node: ast.AST) -> bool:
+    """Hand-written attention in one branch of an `if` whose other branch calls PyTorch's SDPA is
+    a deliberate fallback (old torch, export, a debug flag), not the path that runs. A branch
+    beside xformers or flash_attn is different: that is what runs when those packages are
+    missing or fail on a new GPU, so it is still reported."""
+    line = node.lineno  # type: ignore[attr-defined]
+    for st, _ in src.stmts:
+        if not isinstance(st, ast.If) or not (st.lineno <= line <= st.end_lineno):  # type: ignore[operator]
+            continue
+        for here, other in ((st.body, st.orelse), (st.orelse, st.body)):
+            if here and other and here[0].lineno <= line <= here[-1].end_lineno:  # type: ignore[operator]
+                text = "".join(src.lines[other[0].lineno - 1:other[-1].end_lineno])
+                if "scaled_dot_product_attention" in text:
+                    return True
+    return False
 
 
 def _attention_finding(src: PySource, ev: AttentionEvent) -> Finding:
@@ -666,8 +691,18 @@ def _cast_event(node: ast.AST) -> str | None:
     return None
 
 
-def _creates_module(src: PySource, node: ast.AST, local_modules: set[str]) -> bool:
-    """nn.Linear(...) / LocalModule(...) / nn.Parameter(torch.randn(...)) with no dtype, not cast."""
+_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|EmbeddingBag|"
+                       r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
+                       r"RNN|PReLU|Transformer\w*)$")
+_WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
+                           r"BatchNorm\w*|MultiheadAttention|LSTM|GRU|Parameter)\(|\bParameter\(")
+_CASTS_INPUTS = re.compile(r"\.to\([^)\n]*dtype|\.type_as\(|autocast\(")
+
+
+def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
+    """A new float32 module with weights: nn.Linear(...) / a local module class that creates
+    weights and does not cast its inputs to them / nn.Parameter(torch.randn(...)); no dtype,
+    not cast."""
     if not isinstance(node, ast.Call):
         return False
     q = src.qualname(node.func) or ""
@@ -682,15 +717,16 @@ def _creates_module(src: PySource, node: ast.AST, local_modules: set[str]) -> bo
             return False
         dq = src.qualname(data.func) or ""
         return dq.startswith("torch.") and call_name(data) in ("randn", "zeros", "ones", "empty", "rand", "full", "tensor")
-    if q.startswith("torch.nn.") and last[:1].isupper() and last not in ("ModuleList", "ModuleDict", "Sequential",
-                                                                           "Identity", "Dropout", "ParameterList"):
+    if q.startswith("torch.nn.") and _WEIGHTED.match(last):
         return True
     if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
         return any(_creates_module(src, n, local_modules) for n in walk([node]) if n is not node)
-    return last in local_modules and isinstance(node.func, ast.Name)
+    info = local_modules.get(last) if isinstance(node.func, ast.Name) else None
+    return bool(info) and info[0] and not info[1]
 
 
-def _local_modules(src: PySource) -> set[str]:
+def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
+    """nn.Module subclasses of this file: name -> (creates weights, casts its inputs to them)."""
     classes = {c.name: c for c in src.classes}
     found: set[str] = set()
     changed = True
@@ -706,7 +742,16 @@ def _local_modules(src: PySource) -> set[str]:
                     found.add(name)
                     changed = True
                     break
-    return found
+    texts = {name: src.scope_text(classes[name]) for name in found}
+    weights = {name for name in found if _WEIGHTS_TEXT.search(texts[name])}
+    changed = True
+    while changed:  # a class built from weighted local classes has weights too
+        changed = False
+        for name in found - weights:
+            if any(re.search(r"\b%s\(" % other, texts[name]) for other in weights):
+                weights.add(name)
+                changed = True
+    return {name: (name in weights, bool(_CASTS_INPUTS.search(texts[name]))) for name in found}
 
 
 _CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
@@ -757,8 +802,9 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                 if root and root in cast_at and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
                     col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
                     facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
-            # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` is a cast too
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(value, ast.Call):
+            # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(value, ast.Call) and \
+                    call_name(value).startswith(("from_", "load")):
                 target = dotted(s.targets[0])
                 td = kwarg(value, "torch_dtype")
                 if target and td is not None and _dtype_like(td):

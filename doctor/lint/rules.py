@@ -56,7 +56,7 @@ def _compiled(pattern: bytes) -> re.Pattern[bytes]:
 
 
 # GPU001: a product of two operands (not a decorator's @).
-ATTENTION_PRODUCT = rb"\bbmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
+ATTENTION_PRODUCT = rb"bmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
 # GPU003: something that makes a tensor non-contiguous (`.T`, not `.Tensor`).
 NONCONTIGUOUS = (rb"\.(?:transpose|permute|swapaxes|swapdims)\(|\.mT\b|\.t\(\)|\.T\b|scaled_dot_product_attention"
                  rb"|rearrange\(")

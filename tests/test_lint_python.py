@@ -347,6 +347,11 @@ class World(nn.Module):
     def fresh(self, device):
         self.offset = nn.Parameter(torch.zeros(3)).to(device)  # <-
 
+class LayerNorm2d(nn.LayerNorm):
+    def forward(self, x):
+        self.weight = self.weight.to(torch.float64)  # <-
+        return x
+
 m = nn.Module()
 m.token = nn.Parameter(torch.randn(4))
 m.token = m.token.to(torch.float64)  # <-

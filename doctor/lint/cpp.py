@@ -15,7 +15,6 @@ _TOKEN = re.compile(r"""
 | (?P<nl>\n)
 | (?P<lc>//[^\n]*)
 | (?P<bc>/\*.*?(?:\*/|\Z))
-| (?P<raw>(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")
 | (?P<str>(?:u8|u|U|L)?"(?:\\.|[^"\\\n])*"?)
 | (?P<chr>(?:u8|u|U|L)?'(?:\\.|[^'\\\n])*'?)
 | (?P<id>[A-Za-z_]\w*)
@@ -24,6 +23,8 @@ _TOKEN = re.compile(r"""
 | (?P<other>.)
 """, re.S | re.X)
 
+_RAW_PREFIXES = {"R", "u8R", "uR", "UR", "LR"}
+_RAW_OPEN = re.compile(r'"([^()\\\s"]{0,16})\(')
 _CONTROL = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof", "static_assert",
             "__launch_bounds__", "defined", "noexcept", "throw", "new", "delete", "alignas", "typeid", "requires",
             "__attribute__", "__declspec", "operator"}
@@ -93,8 +94,15 @@ def tokenize(text: str) -> CppFile:
             pos = end
             continue
         line_start = False
-        if kind == "raw":
-            kind = "str"
+        if kind == "id" and m.group() in _RAW_PREFIXES and text.startswith('"', m.end()):
+            # R"delim( ... )delim": found with str.find, so an unterminated one costs O(n) once
+            dm = _RAW_OPEN.match(text, m.end())
+            if dm:
+                close = text.find(")" + dm.group(1) + '"', dm.end())
+                end = n if close < 0 else close + len(dm.group(1)) + 2
+                tokens.append(Tok("str", text[m.start():end], m.start()))
+                pos = end
+                continue
         tokens.append(Tok(kind, m.group(), m.start()))
         pos = m.end()
     cpp = CppFile(text, tokens, directives)

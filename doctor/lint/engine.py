@@ -267,7 +267,10 @@ def lint_file(task: Task) -> FileResult:
     except SyntaxError as exc:
         result.error = f"cannot parse (Python {sys.version_info[0]}.{sys.version_info[1]}): {exc.msg} (line {exc.lineno})"
         return result
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except RecursionError:
+        result.error = "too deeply nested to parse or analyse: not linted"
+        return result
+    except (ValueError, MemoryError) as exc:
         result.error = f"cannot parse: {type(exc).__name__}: {exc}"
         return result
     if b"gpudoctor:" in data:

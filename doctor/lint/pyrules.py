@@ -355,6 +355,10 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                         dotted(c.func.value) == "self":
                     params.add("self." + c.args[0].value)
         known = params | {f"{m}.weight" for m in modules} | {f"{m}.bias" for m in modules}
+        for base in cls.bases:  # class LayerNorm2d(nn.LayerNorm): self.weight is the parent's Parameter
+            q = src.qualname(base) or ""
+            if q.startswith("torch.nn.") and _STD_WEIGHTED.match(q.rsplit(".", 1)[-1]):
+                known |= {"self.weight", "self.bias"}
         if known:
             for node in stmts:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1:

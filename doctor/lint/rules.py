@@ -61,8 +61,7 @@ ATTENTION_PRODUCT = rb"bmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
 NONCONTIGUOUS = (rb"\.(?:transpose|permute|swapaxes|swapdims)\(|\.mT\b|\.t\(\)|\.T\b|scaled_dot_product_attention"
                  rb"|rearrange\(")
 # GPU004: a tensor built from sizes.
-SIZE_TENSOR = (rb"(?:tensor|LongTensor|IntTensor)\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)"
-               rb"|\w*_sizes?[ \t]*=[ \t]*torch\.")
+SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)"  # torch.tensor / LongTensor
 # GPU004: a tuple unpacked from, or a for loop over, a (subscripted) name; or a shape= keyword
 # given a subscript.
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"

@@ -164,3 +164,25 @@ def test_torch_arch_list_values(value, verdict):
 def test_cmake_architecture_values(value, verdict):
     t = archflags.cmake_arch_targets([archflags.Tok(value, 0)])
     assert (archflags.judge(t, "CUDA_ARCHITECTURES") is not None) is verdict
+
+
+def test_fix_build_files_end_to_end(tmp_path):
+    """--fix on a shell script and a CMakeLists: only PTX is added, shell-safe (no `[...]` glob)."""
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+
+    script = tmp_path / "build.sh"
+    script.write_text('#!/bin/bash\nexport TORCH_CUDA_ARCH_LIST="8.6"\nnvcc -O3 -gencode arch=compute_86,code=sm_86 -c k.cu\n')
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text('set_target_properties(ext PROPERTIES CUDA_ARCHITECTURES "86-real")\n')
+    r = CliRunner().invoke(app, ["lint", str(tmp_path), "--fix"])
+    assert r.exit_code == 0, r.output
+    fixed = script.read_text()
+    assert 'TORCH_CUDA_ARCH_LIST="8.6+PTX"' in fixed
+    assert "-gencode arch=compute_86,code=sm_86 -gencode arch=compute_86,code=compute_86 -c k.cu" in fixed
+    assert "[" not in fixed
+    assert 'CUDA_ARCHITECTURES "86")' in cmake.read_text()
+    if shutil.which("nvcc"):
+        flags = fixed.splitlines()[2].split("nvcc ", 1)[1].replace(" -c k.cu", "")
+        assert _nvcc_images(flags) == ({86}, {86})

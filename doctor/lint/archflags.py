@@ -44,6 +44,7 @@ class Targets:
     unknown: bool = False  # a variable or something not understood
     special: bool = False  # native / all / arch-specific (sm_90a): deliberate, never judged
     lone_arch: Tok | None = None  # -arch=sm_XY without -code
+    shell: bool = False
     anchor: Tok | None = None  # where to report
     fixes: list[Edit] = field(default_factory=list)  # edits that only add PTX
 
@@ -92,9 +93,12 @@ def _split_list(value: str) -> list[str]:
     return [v for v in re.split(r"[,\s]+", value.strip("\"'\\")) if v]
 
 
-def nvcc_targets(tokens: list[Tok]) -> Targets:
-    """What nvcc builds for these flag words (one nvcc command line, or one flag list)."""
+def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
+    """What nvcc builds for these flag words (one nvcc command line, or one flag list). With
+    `shell`, a fix never writes `[...]` (a glob pattern to the shell): it adds a second -gencode
+    for the PTX instead."""
     t = Targets()
+    t.shell = shell
     arch_value: tuple[Tok, str] | None = None
     code_value: tuple[Tok, str] | None = None
     i = 0
@@ -178,7 +182,12 @@ def _gencode(value: Tok, t: Targets) -> None:
         code_text = m.group(2)
         start = value.start + m.start(2)
         if code_text == f"sm_{virtual[1]}":
-            t.fixes.append(Edit(start, start + len(code_text), f"[sm_{virtual[1]},compute_{virtual[1]}]"))
+            n = virtual[1]
+            if t.shell:
+                end = start + len(code_text)
+                t.fixes.append(Edit(end, end, f" -gencode arch=compute_{n},code=compute_{n}"))
+            else:
+                t.fixes.append(Edit(start, start + len(code_text), f"[sm_{n},compute_{n}]"))
 
 
 def _torch_values(values: list[Tok], t: Targets) -> None:
@@ -368,13 +377,14 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
                 out.append(verdict)
         flags = [t for t in _words(clean, 0)]
         flags = [t for t in flags if t.text.strip("\")") and not t.text.startswith(("CMAKE_CUDA_ARCH", "CUDA_ARCH"))]
-        verdict = judge(nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in flags if _flagish(t.text)] or []), "the nvcc flags")
+        verdict = judge(nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in flags if _flagish(t.text)],
+                                     shell=True), "the nvcc flags")
         if verdict and any(FLAG_HINT.search(t.text) for t in flags):
             out.append(verdict)
         return out
     if kind == "make":
         flags = [t for t in _words(clean, 0) if _flagish(t.text)]
-        verdict = judge(nvcc_targets(flags), "the nvcc flags")
+        verdict = judge(nvcc_targets(flags, shell=True), "the nvcc flags")
         if verdict:
             out.append(verdict)
         return out
@@ -383,7 +393,7 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
         if not re.search(r"(^|[\s;&|/])nvcc(\s|$)", line):
             continue
         words = _words(line, start)
-        verdict = judge(nvcc_targets([w for w in words if _flagish(w.text)]), "this nvcc command")
+        verdict = judge(nvcc_targets([w for w in words if _flagish(w.text)], shell=True), "this nvcc command")
         if verdict:
             out.append(verdict)
         cm = [w for w in words if w.text.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]

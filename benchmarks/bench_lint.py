@@ -75,7 +75,7 @@ def count_files(tree: str) -> dict[str, int]:
     from gpudoctor.lint import engine
 
     counts = {"python": 0, "cpp": 0, "build": 0, "pyi": 0}
-    for folder, dirs, files in os.walk(tree):
+    for _, dirs, files in os.walk(tree):
         dirs[:] = [d for d in dirs if d not in engine.DEFAULT_EXCLUDE]
         for name in files:
             kind = engine.classify(name)

@@ -76,6 +76,9 @@ def run(opts: Options) -> int:
     except ValueError as exc:  # an unknown rule code in --select / --ignore
         _err(str(exc))
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
 
     diffs: dict[int, str | None] = {}
     if opts.fix or opts.diff:

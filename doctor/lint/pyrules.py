@@ -468,9 +468,6 @@ def _arch_flags(src: PySource) -> list[Finding]:
     lists = [(n, sc) for n, sc in src.nodes_on_lines(hint_lines, (ast.List, ast.Tuple))
              if any(archflags.FLAG_HINT.search(x) for x in map(_str_const, n.elts) if x)]  # type: ignore[attr-defined]
     if lists:
-        stmt_of = {}
-        for st, sc in src.stmts:
-            stmt_of.setdefault((st.lineno, st.end_lineno), st)
         roots = [st for st, _ in src.stmts if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                  and any(st.lineno <= n.lineno <= st.end_lineno for n, _ in lists)]  # type: ignore[operator]
         parents = _parents(roots)

@@ -414,6 +414,7 @@ _OUTPUT_HELP = "Write the output to PATH (- for standard output, the default)."
 # --- explain / list (knowledge base) -------------------------------------------------------------
 
 _ID_LIKE = re.compile(r"^[A-Za-z0-9_.:-]{2,64}$")
+_LINT_CODE = re.compile(r"^GPU\d{3}$", re.IGNORECASE)
 
 
 @app.command()
@@ -429,6 +430,12 @@ def explain(
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
 ) -> None:
     """Name the known failure behind an id or pasted error text: cause, fix and patch."""
+    if query is not None and file is None and _LINT_CODE.match(query):  # a lint rule: GPU003
+        from gpudoctor.lint.explain import show_rule
+
+        shown = show_rule(query, as_json)
+        if shown is not None:
+            raise typer.Exit(shown)
     from gpudoctor import explain as ex
     from gpudoctor import kb, textinput
     from gpudoctor.matcher import match_chunks
@@ -788,6 +795,32 @@ def scan(
         else:
             emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
+
+
+# --- lint (the implementation lives in gpudoctor.lint) ---------------------------------------------
+
+
+@app.command()
+def lint(
+    paths: Optional[list[str]] = typer.Argument(None, help="Files or folders to lint (default: the current folder)."),
+    fmt: str = typer.Option("text", "--format", help="Output format: text, json or md."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the output to this file (- for stdout)."),
+    select: list[str] = typer.Option([], "--select", help="Only these rule codes or prefixes, comma-separated (ALL)."),
+    ignore: list[str] = typer.Option([], "--ignore", help="Skip these rule codes or prefixes, comma-separated."),
+    fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes (atomically; re-parsed before writing)."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply (or show) the unsafe fixes."),
+    diff: bool = typer.Option(False, "--diff", help="Print the unified diff of the fixes instead of applying them."),
+    isolated: bool = typer.Option(False, "--isolated", help="Ignore the tool.gpudoctor.lint table of pyproject.toml."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per core)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line on stderr."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also report the time taken."),
+) -> None:
+    """Find known GPU failure patterns in code before it runs (`gpudoctor explain GPU001` documents a rule)."""
+    from gpudoctor.lint.cli import Options, run
+
+    raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=fmt, output=output, select=select, ignore=ignore,
+                                 fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated, jobs=jobs,
+                                 quiet=quiet, verbose=verbose)))
 
 
 def _list_probes(options: Any, out: Output, stderr: Any) -> None:

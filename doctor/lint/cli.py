@@ -1,0 +1,173 @@
+"""`gpudoctor lint` behind the command line: gpudoctor.cli parses the options and calls `run`,
+which lints, applies or shows fixes, renders, and returns the exit code:
+
+    0  no findings (after --fix: none left)
+    1  findings (with --diff: fixes to show)
+    2  usage or configuration error, or a file that could not be read, decoded or parsed
+
+Messages for people go to stderr; stdout carries only the chosen format.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass
+class Options:
+    paths: list[str] = field(default_factory=lambda: ["."])
+    fmt: str = "text"
+    output: str | None = None
+    select: list[str] | None = None
+    ignore: list[str] | None = None
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False
+    isolated: bool = False
+    jobs: int | None = None
+    quiet: bool = False
+    verbose: bool = False
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def _err(message: str) -> None:
+    from gpudoctor.safetext import visible
+
+    sys.stderr.write(f"gpudoctor: {visible(message)}\n")
+
+
+def run(opts: Options) -> int:
+    import time
+
+    from gpudoctor.lint import config, engine, fixes, render
+
+    if opts.fmt not in render.FORMATS:
+        _err(f"--format {opts.fmt}: expected one of {', '.join(render.FORMATS)}")
+        return EXIT_ERROR
+    if opts.fix and opts.diff:
+        _err("--fix and --diff cannot be used together (--diff shows what --fix would change)")
+        return EXIT_ERROR
+    if opts.jobs is not None and opts.jobs < 1:
+        _err(f"--jobs {opts.jobs}: must be at least 1")
+        return EXIT_ERROR
+    if opts.output not in (None, "-"):
+        import os
+
+        if os.path.isdir(opts.output):
+            _err(f"--output {opts.output}: is a directory")
+            return EXIT_ERROR
+        if not os.path.isdir(os.path.dirname(os.path.abspath(opts.output))):
+            _err(f"--output {opts.output}: no such directory")
+            return EXIT_ERROR
+    started = time.perf_counter()
+    try:
+        result, by_path, tasks = engine.lint(opts.paths or ["."], _codes(opts.select), _codes(opts.ignore),
+                                             opts.isolated, opts.jobs)
+    except (engine.UsageError, config.ConfigError) as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except ValueError as exc:  # an unknown rule code in --select / --ignore
+        _err(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+    diffs: dict[int, str | None] = {}
+    if opts.fix or opts.diff:
+        shown = []
+        remaining = []
+        fixed_paths = set()
+        for path in sorted({f.path for f in result.findings if fixes.applicable(f, opts.unsafe_fixes)}):
+            task, fr = tasks[path], by_path[path]
+            try:
+                original, new, count = fixes.fix_file(task, fr, opts.unsafe_fixes)
+                if new == original:
+                    continue
+                if opts.diff:
+                    shown.append(fixes.unified_diff(path, original, new))
+                else:
+                    with open(path, "rb") as fh:
+                        raw = fh.read()
+                    fixes.write_atomic(path, fixes.encode(task, new, raw))
+                    result.fixed += count
+                    fixed_paths.add(path)
+            except (fixes.FixError, OSError, UnicodeError) as exc:
+                from gpudoctor.lint.model import FileError
+
+                result.errors.append(FileError(path, f"not fixed: {exc}"))
+        if opts.fix and fixed_paths:
+            # what is left in the fixed files is what a fresh lint finds there
+            again, _, _ = engine.lint(sorted(fixed_paths), _codes(opts.select), _codes(opts.ignore), opts.isolated, 1)
+            remaining = [f for f in result.findings if f.path not in fixed_paths] + again.findings
+            result.findings = sorted(remaining, key=lambda f: f.sort_key)
+            result.errors += again.errors
+        if opts.diff:
+            out = "".join(shown)
+            _emit(opts, out)
+            if not opts.quiet:
+                n = sum(1 for f in result.findings if fixes.applicable(f, opts.unsafe_fixes))
+                sys.stderr.write(f"gpudoctor lint: {n} fix{'es' * (n != 1)} would be applied\n" if out else
+                                 "gpudoctor lint: no fixes to apply\n")
+            _errors(result)
+            return EXIT_ERROR if result.errors else (EXIT_FINDINGS if out else EXIT_OK)
+    elif opts.fmt == "json":
+        texts: dict[str, str] = {}
+        for i, f in enumerate(result.findings):
+            if f.fix.edits:
+                task = tasks[f.path]
+                if f.path not in texts:
+                    try:
+                        with open(f.path, "rb") as fh:
+                            texts[f.path] = engine._decode(fh.read(), task.kind)
+                    except (OSError, ValueError):
+                        continue
+                diffs[i] = fixes.finding_diff(task, texts[f.path], f)
+
+    if opts.fmt == "json":
+        out = render.json_(result, diffs)
+    elif opts.fmt == "md":
+        out = render.markdown(result)
+    else:
+        out = render.text(result)
+    try:
+        _emit(opts, out)
+    except OSError as exc:
+        _err(f"--output {opts.output}: {exc.strerror or exc}")
+        return EXIT_ERROR
+    _errors(result)
+    if not opts.quiet:
+        sys.stderr.write(render.summary(result, opts.unsafe_fixes) + "\n")
+        if opts.verbose:
+            sys.stderr.write(f"gpudoctor lint: {time.perf_counter() - started:.2f}s\n")
+    if result.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _emit(opts: Options, out: str) -> None:
+    if opts.output in (None, "-"):
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    else:
+        import os
+
+        from gpudoctor.lint.fixes import write_atomic
+
+        if os.path.exists(opts.output) and not os.path.isfile(opts.output):  # /dev/stdout, a FIFO
+            with open(opts.output, "w", encoding="utf-8") as fh:
+                fh.write(out)
+            return
+        write_atomic(opts.output, out.encode("utf-8"))
+
+
+def _errors(result) -> None:
+    for e in result.errors:
+        _err(f"{e.path}: {e.message}")

@@ -1,0 +1,382 @@
+"""Running the rules over files: discovery, the per-rule substring prefilter, one parse per file,
+inline suppressions, a process pool over chunks of files, and the cross-file step (GPU009's
+callers, GPU011's creators) in the parent.
+
+A file is read only when one of the selected rules applies to its kind, and decoded and parsed
+only when the rule's prefilter finds the text it looks for; a file that is never parsed cannot be
+reported as unparseable. Everything a worker returns is small and picklable.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from gpudoctor.lint import config as cfg
+from gpudoctor.lint import rules
+from gpudoctor.lint.model import FileError, Finding, LintResult
+
+MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_EXCLUDE = frozenset({
+    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    "__pycache__", "node_modules", "site-packages", "build", "dist", ".eggs", "_build", "buck-out", "__pypackages__",
+    ".direnv", ".ipynb_checkpoints",
+})
+_CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
+_SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
+
+
+def classify(path: str) -> tuple[str, str] | None:
+    """(kind, subkind) of a file by name: python, cpp, or build (cmake / make / shell)."""
+    name = os.path.basename(path)
+    lower = name.lower()
+    if lower.endswith(".py"):
+        return rules.PYTHON, "python"
+    if lower.endswith(_CPP_EXT):
+        return rules.CPP, "cpp"
+    if name == "CMakeLists.txt" or lower.endswith(".cmake"):
+        return rules.BUILD, "cmake"
+    if lower in ("makefile", "gnumakefile") or lower.endswith(".mk"):
+        return rules.BUILD, "make"
+    if lower.endswith((".sh", ".bash")) or lower == "dockerfile" or lower.startswith("dockerfile.") \
+            or lower.endswith(".dockerfile"):
+        return rules.BUILD, "shell"
+    return None
+
+
+@dataclass(frozen=True)
+class Task:
+    path: str
+    kind: str
+    subkind: str
+    codes: tuple[str, ...]
+    size: int = 0
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    checked: bool = False
+    digest: str | None = None  # of the bytes linted, when a finding carries edits
+    suppress: dict[int, frozenset[str] | None] = field(default_factory=dict)
+    cpp_summaries: list[Any] = field(default_factory=list)
+    cpp_bound: set[str] = field(default_factory=set)
+    creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
+    after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+
+
+class UsageError(ValueError):
+    """Bad paths or options: exit code 2."""
+
+
+# --- discovery -----------------------------------------------------------------------------------
+
+
+def discover(paths: list[str], select: list[str] | None, ignore: list[str] | None, isolated: bool,
+             errors: list[FileError]) -> list[tuple[Task, cfg.Config]]:
+    """The files to lint, each with its rule codes and configuration."""
+    out: list[tuple[Task, cfg.Config]] = []
+    seen: set[str] = set()
+    for arg in paths:
+        if not os.path.exists(arg):
+            raise UsageError(f"{arg}: no such file or directory")
+        config = cfg.Config() if isolated else cfg.find(arg)
+        chosen = rules.select(select if select else (list(config.select) if config.select else None),
+                              list(config.ignore) + list(ignore or []))
+        codes = tuple(r.code for r in chosen)
+        if os.path.isdir(arg):
+            walked = _walk(arg, config)
+        else:
+            kind = classify(arg)
+            if kind is None:
+                raise UsageError(f"{arg}: not a file type gpudoctor lint reads (Python, C++/CUDA, CMake, Makefile, "
+                                 "shell script, Dockerfile)")
+            try:
+                size = os.path.getsize(arg)
+            except OSError:
+                size = 0
+            walked = iter([(os.path.normpath(arg), kind, size)])
+        for path, (kind, sub), size in walked:
+            key = os.path.realpath(path)
+            if key in seen:
+                continue
+            seen.add(key)
+            file_codes = tuple(c for c in codes if kind in rules.BY_CODE[c].kinds)
+            if file_codes:
+                out.append((Task(path, kind, sub, file_codes, size), config))
+    return out
+
+
+def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int]]:
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name not in DEFAULT_EXCLUDE and not config.excluded(e.path):
+                        subdirs.append(e.path)
+                    continue
+                if not e.is_file():
+                    continue
+            except OSError:
+                continue
+            kind = classify(e.name)
+            if kind is None or config.excluded(e.path):
+                continue
+            try:
+                size = e.stat().st_size
+            except OSError:
+                size = 0
+            yield os.path.normpath(e.path), kind, size
+        stack.extend(reversed(subdirs))
+
+
+# --- one file -------------------------------------------------------------------------------------
+
+
+def _decode(data: bytes, kind: str) -> str:
+    if kind == rules.PYTHON:
+        import io
+        import tokenize
+
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        return data.decode(encoding)
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _suppressions(text: str, kind: str) -> dict[int, frozenset[str] | None]:
+    """Line -> codes suppressed there (None: every code). Python comments are found with the
+    tokenizer, so a string that contains the marker suppresses nothing."""
+    out: dict[int, frozenset[str] | None] = {}
+
+    def add(line: int, comment: str) -> None:
+        for m in _SUPPRESS.finditer(comment):
+            if m.group(1) is None:
+                out[line] = None
+            elif out.get(line, frozenset()) is not None:
+                codes = {c.strip().upper() for c in m.group(1).split(",") if c.strip()}
+                out[line] = frozenset(out.get(line) or frozenset()) | codes
+
+    if kind == rules.PYTHON:
+        import io
+        import tokenize
+
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.COMMENT and "gpudoctor:" in tok.string:
+                    add(tok.start[0], tok.string)
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            pass
+        return out
+    for i, line in enumerate(text.splitlines(), 1):
+        if "gpudoctor:" in line:
+            cut = min((p for p in (line.find("//"), line.find("/*"), line.find("#")) if p >= 0), default=-1)
+            if cut >= 0:
+                add(i, line[cut:])
+    return out
+
+
+def suppressed(f: Finding, table: dict[int, frozenset[str] | None]) -> bool:
+    for line in {f.line, f.end_line or f.line}:
+        if line in table:
+            codes = table[line]
+            if codes is None or f.code in codes:
+                return True
+    return False
+
+
+def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes: set[str],
+              result: FileResult) -> list[Finding]:
+    """Run the chosen rules on decoded text; raises SyntaxError/ValueError for unparseable Python."""
+    findings: list[Finding] = []
+    if kind == rules.PYTHON:
+        import ast
+
+        from gpudoctor.lint import pyrules
+        from gpudoctor.lint.pysource import PySource
+
+        tree = ast.parse(text, filename=path)
+        facts = pyrules.Facts()
+        findings = pyrules.check(PySource(path, text, tree), codes, facts)
+        result.creators, result.after_cast = facts.creators, facts.after_cast
+    elif kind == rules.CPP:
+        from gpudoctor.lint import cpprules
+
+        findings, result.cpp_summaries, result.cpp_bound = cpprules.scan(path, text, data, codes)
+    else:
+        from gpudoctor.lint import archflags
+
+        if "GPU006" in codes:
+            findings = [_build_finding(path, text, v) for v in archflags.scan_build(text, subkind)]
+    return findings
+
+
+def _build_finding(path: str, text: str, verdict) -> Finding:
+    from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, Fix
+
+    start = verdict.anchor.start or 0
+    line = text.count("\n", 0, start) + 1
+    col = start - (text.rfind("\n", 0, start) + 1) + 1
+    fix = Fix(SAFE, "add PTX for the same architecture", verdict.edits) if verdict.edits else \
+        Fix(DISPLAY_ONLY, "list every target architecture and add PTX for the newest")
+    return Finding(path=path, line=line, col=col, code="GPU006", kb_id=rules.BY_CODE["GPU006"].kb_id,
+                   message=verdict.message, fix=fix, end_line=line, end_col=col + len(verdict.anchor.text))
+
+
+def lint_file(task: Task) -> FileResult:
+    result = FileResult(task.path)
+    wanted = [rules.BY_CODE[c] for c in task.codes]
+    try:
+        with open(task.path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        result.error = f"cannot read: {exc.strerror or exc}"
+        return result
+    if len(data) > MAX_BYTES:
+        result.error = f"larger than {MAX_BYTES // (1024 * 1024)} MiB: not linted"
+        return result
+    codes = {r.code for r in wanted if r.wants(data)}
+    result.checked = True
+    if not codes:
+        return result
+    if b"\0" in data:
+        result.error = "binary file (contains NUL bytes): not linted"
+        return result
+    try:
+        text = _decode(data, task.kind)
+    except (UnicodeDecodeError, ValueError, LookupError) as exc:
+        result.error = f"cannot decode: {exc}"
+        return result
+    try:
+        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result)
+    except SyntaxError as exc:
+        result.error = f"cannot parse (Python {sys.version_info[0]}.{sys.version_info[1]}): {exc.msg} (line {exc.lineno})"
+        return result
+    except RecursionError:
+        result.error = "too deeply nested to parse or analyse: not linted"
+        return result
+    except (ValueError, MemoryError) as exc:
+        result.error = f"cannot parse: {type(exc).__name__}: {exc}"
+        return result
+    if b"gpudoctor:" in data:
+        result.suppress = _suppressions(text, task.kind)
+        findings = [f for f in findings if not suppressed(f, result.suppress)]
+    if any(f.fix.edits for f in findings):
+        result.digest = hashlib.sha256(data).hexdigest()
+    result.findings = findings
+    return result
+
+
+# --- many files ----------------------------------------------------------------------------------
+
+
+def _jobs(requested: int | None) -> int:
+    if requested:
+        return max(1, requested)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
+    # Big files first, so no worker is left alone with one at the end.
+    tasks = sorted(tasks, key=lambda t: -t.size)
+    total = sum(t.size for t in tasks)
+    if jobs <= 1 or len(tasks) < 16 or total < 256 * 1024:
+        return [lint_file(t) for t in tasks]
+    import multiprocessing
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+    ctx = multiprocessing.get_context(method)
+    chunk = max(1, min(32, len(tasks) // (jobs * 16)))
+    return _pooled(ctx, tasks, jobs, chunk)
+
+
+def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResult]:
+    with ctx.Pool(processes=min(jobs, len(tasks))) as pool:
+        yield from pool.imap_unordered(lint_file, tasks, chunksize=chunk)
+
+
+def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
+         isolated: bool = False, jobs: int | None = None) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+    """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError."""
+    result = LintResult()
+    planned = discover(paths, select, ignore, isolated, result.errors)
+    tasks = [t for t, _ in planned]
+    configs = {t.path: c for t, c in planned}
+    by_path: dict[str, FileResult] = {}
+    for fr in _run_tasks(tasks, _jobs(jobs)):
+        by_path[fr.path] = fr
+    task_by_path = {t.path: t for t in tasks}
+    findings: list[Finding] = []
+    for path, fr in by_path.items():
+        if fr.error:
+            result.errors.append(FileError(path, fr.error))
+        if fr.checked:
+            result.files_checked += 1
+        findings.extend(fr.findings)
+    findings += _cross_file(by_path, task_by_path)
+    # per-file-ignores from the configuration
+    kept = []
+    for f in findings:
+        config = configs.get(f.path)
+        if config is not None and f.code in config.ignored_codes(f.path):
+            continue
+        kept.append(f)
+    result.findings = sorted(kept, key=lambda f: f.sort_key)
+    result.errors.sort(key=lambda e: e.path)
+    return result, by_path, task_by_path
+
+
+def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[Finding]:
+    out: list[Finding] = []
+    summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
+    if summaries:
+        from gpudoctor.lint import cpprules
+
+        bound = {name for fr in by_path.values() for name in fr.cpp_bound}
+        for s, i in cpprules.resolve_data_ptr(summaries, bound):
+            f = cpprules.data_ptr_finding(s, i)
+            if not suppressed(f, by_path[s.path].suppress):
+                out.append(f)
+    creators: dict[str, tuple[str, int, tuple[str, ...]]] = {}
+    for fr in by_path.values():
+        creators.update(fr.creators)
+    if creators:
+        from gpudoctor.lint.model import DISPLAY_ONLY, Fix
+
+        for fr in by_path.values():
+            if "GPU011" not in tasks[fr.path].codes:
+                continue
+            for method, line, col, root, cast_line, recv in fr.after_cast:
+                if method not in creators:
+                    continue
+                where, def_line, attrs = creators[method]
+                shown = ", ".join(a.split(".", 1)[-1] for a in attrs[:4]) + (", ..." if len(attrs) > 4 else "")
+                f = Finding(path=fr.path, line=line, col=col, code="GPU011", kb_id=rules.BY_CODE["GPU011"].kb_id,
+                            message=(f"{recv}.{method}() creates float32 submodules ({shown}; {where}:{def_line}) and "
+                                     f"never converts them, but {root} was cast at line {cast_line}: their matmuls "
+                                     f"fail with 'mat1 and mat2 must have the same dtype'; convert them at the end of "
+                                     f"{method}() (self.to(dtype=..., device=...) of the existing weights) or call "
+                                     f"{root}.to(...) after it"),
+                            fix=Fix(DISPLAY_ONLY, f"convert the new modules at the end of {method}()"),
+                            end_line=line, end_col=col + len(method))
+                if not suppressed(f, fr.suppress):
+                    out.append(f)
+    return out

@@ -1,0 +1,241 @@
+"""A parsed Python file for the rules: the decoded text, the tree, positions in characters (ast
+gives UTF-8 byte columns), name resolution through the file's imports, and a statement index.
+
+Walking every expression of a large file costs more than parsing it, so the rules do not: the
+index lists statements only (in source order, each with its enclosing function), and a rule that
+looks for a call or a literal first finds the lines whose text mentions it, then walks just the
+statements on those lines (`nodes_on_lines`). The dataflow rules run per function, and only on
+functions whose own text has what they look for.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+# Names that mean these modules even where the file never imports them (snippets, notebooks
+# exported to .py, star imports).
+_CONVENTIONAL = {
+    "torch": "torch",
+    "F": "torch.nn.functional",
+    "nn": "torch.nn",
+    "xformers": "xformers",
+    "xops": "xformers.ops",
+    "einops": "einops",
+}
+_BODIES = ("body", "orelse", "finalbody")
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While,
+             ast.With, ast.AsyncWith, ast.Try, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+_SKIP = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+Scope = ast.AST  # a FunctionDef / AsyncFunctionDef, or the Module
+
+
+class PySource:
+    def __init__(self, path: str, text: str, tree: ast.Module) -> None:
+        self.path = path
+        self.text = text
+        self.tree = tree
+        self.lines = text.splitlines(keepends=True)
+        self.newline = "\r\n" if "\r\n" in text[:4096] else "\n"
+        self._starts: list[int] | None = None
+        self.imports: dict[str, str] = {}  # local name -> qualified name
+        self.import_nodes: list[ast.stmt] = []  # top-level import statements, in order
+        self.stmts: list[tuple[ast.stmt, Scope]] = []  # every statement, source order
+        self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        self.classes: list[ast.ClassDef] = []
+        self._index(tree.body, tree)
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.import_nodes.append(node)
+
+    def _index(self, body: list[ast.stmt], scope: Scope) -> None:
+        for s in body:
+            self.stmts.append((s, scope))
+            t = type(s)
+            if t is ast.Import:
+                for a in s.names:  # type: ignore[attr-defined]
+                    if a.asname:
+                        self.imports[a.asname] = a.name
+                    else:
+                        top = a.name.split(".")[0]
+                        self.imports.setdefault(top, top)
+            elif t is ast.ImportFrom:
+                if s.module and not s.level:  # type: ignore[attr-defined]
+                    for a in s.names:  # type: ignore[attr-defined]
+                        if a.name != "*":
+                            self.imports[a.asname or a.name] = f"{s.module}.{a.name}"  # type: ignore[attr-defined]
+            elif t in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self.functions.append(s)  # type: ignore[arg-type]
+                self._index(s.body, s)  # type: ignore[attr-defined]
+                continue
+            elif t is ast.ClassDef:
+                self.classes.append(s)  # type: ignore[arg-type]
+                self._index(s.body, scope)  # type: ignore[attr-defined]
+                continue
+            if isinstance(s, _COMPOUND):
+                for name in _BODIES:
+                    inner = getattr(s, name, None)
+                    if inner:
+                        self._index(inner, scope)
+                for h in getattr(s, "handlers", ()) or ():
+                    self._index(h.body, scope)
+                for case in getattr(s, "cases", ()) or ():
+                    self._index(case.body, scope)
+
+    def scope_statements(self, scope: Scope) -> list[ast.stmt]:
+        """The statements of one function (or of the module outside functions), in order."""
+        if not hasattr(self, "_by_scope"):
+            by: dict[int, list[ast.stmt]] = {}
+            for st, sc in self.stmts:
+                by.setdefault(id(sc), []).append(st)
+            self._by_scope = by
+        return self._by_scope.get(id(scope), [])
+
+    # --- text ------------------------------------------------------------------------------
+
+    def lines_matching(self, pattern: re.Pattern[str] | str) -> set[int]:
+        """1-based numbers of the lines where `pattern` (a regex or a plain string) matches."""
+        if isinstance(pattern, str):
+            if pattern not in self.text:
+                return set()
+            pattern = re.compile(re.escape(pattern))
+        import bisect
+
+        starts = self.starts
+        return {bisect.bisect_right(starts, m.start()) for m in pattern.finditer(self.text)}
+
+    def scope_text(self, node: ast.AST) -> str:
+        start = node.lineno - 1  # type: ignore[attr-defined]
+        end = node.end_lineno  # type: ignore[attr-defined]
+        return "".join(self.lines[start:end])
+
+    # --- targeted walks --------------------------------------------------------------------
+
+    def nodes_on_lines(self, lines: set[int], types: tuple[type, ...]) -> Iterator[tuple[ast.AST, Scope]]:
+        """Nodes of these types in the statements that overlap these lines (a compound
+        statement contributes its header: the test, the iterable, the with-items, decorators),
+        each with the enclosing scope."""
+        if not lines:
+            return
+        lo, hi = min(lines), max(lines)
+        for s, scope in self.stmts:
+            if s.end_lineno < lo or s.lineno > hi:  # type: ignore[operator]
+                continue
+            if isinstance(s, _COMPOUND):
+                header_end = s.body[0].lineno - 1 if getattr(s, "body", None) else s.end_lineno  # type: ignore[attr-defined]
+                if not any(s.lineno <= ln <= header_end for ln in lines):  # type: ignore[operator]
+                    continue
+                roots = [getattr(s, f) for f in s._fields if f not in _BODIES + ("handlers", "cases")]
+            else:
+                if not any(s.lineno <= ln <= s.end_lineno for ln in lines):  # type: ignore[operator]
+                    continue
+                roots = [s]
+            for node in walk(roots):
+                if isinstance(node, types):
+                    yield node, scope
+
+
+    # --- positions -------------------------------------------------------------------------
+
+    @property
+    def starts(self) -> list[int]:
+        if self._starts is None:
+            starts, pos = [], 0
+            for line in self.lines:
+                starts.append(pos)
+                pos += len(line)
+            starts.append(pos)
+            self._starts = starts
+        return self._starts
+
+    def char_col(self, lineno: int, byte_col: int) -> int:
+        """0-based character column of a UTF-8 byte column on a 1-based line."""
+        if lineno < 1 or lineno > len(self.lines):
+            return byte_col
+        line = self.lines[lineno - 1]
+        if line.isascii():
+            return byte_col
+        return len(line.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def offset(self, lineno: int, byte_col: int) -> int:
+        """Character offset in the text of a (1-based line, UTF-8 byte column) position."""
+        if lineno > len(self.lines):
+            return len(self.text)
+        return self.starts[lineno - 1] + self.char_col(lineno, byte_col)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+                self.offset(node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.text[start:end]
+
+    # --- names -----------------------------------------------------------------------------
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """`torch.backends.cuda.sdp_kernel` for an expression spelling it through any import
+        alias; None for anything that is not a dotted name."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        root = self.imports.get(node.id) or _CONVENTIONAL.get(node.id) or node.id
+        return ".".join([root, *reversed(parts)])
+
+
+def walk(roots) -> Iterator[ast.AST]:
+    """Every node under these roots (a faster ast.walk that skips operator and context nodes)."""
+    stack = [r for r in roots if isinstance(r, ast.AST)] + [x for r in roots if isinstance(r, list)
+                                                             for x in r if isinstance(x, ast.AST)]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if type(v) is list:
+                for x in v:
+                    if isinstance(x, ast.AST) and not isinstance(x, _SKIP):
+                        stack.append(x)
+            elif isinstance(v, ast.AST) and not isinstance(v, _SKIP):
+                stack.append(v)
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`self.attn.heads` for an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def call_name(call: ast.Call) -> str:
+    """The last name of what is called: `softmax` for F.softmax / x.softmax / self.softmax."""
+    f = call.func
+    if isinstance(f, ast.Attribute):
+        return f.attr
+    if isinstance(f, ast.Name):
+        return f.id
+    return ""
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+    return None
+
+
+def int_const(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = int_const(node.operand)
+        return -inner if inner is not None else None
+    return None

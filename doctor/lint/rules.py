@@ -1,0 +1,492 @@
+"""The lint rules as data: code, knowledge-base id, the file kinds each reads, the cheap substring
+prefilter that decides whether a file is parsed for it, and each rule's own documentation (what
+it finds, why that breaks, an example, the fix and how safe the fix is). `gpudoctor explain
+GPU003` prints `describe("GPU003")` next to the knowledge-base entry.
+
+This module is pure data and imports nothing heavy: the checkers live in `pyrules`, `archflags`
+and `cpprules`, and are imported only when a lint runs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# File kinds (see files.classify).
+PYTHON, CPP, BUILD = "python", "cpp", "build"
+
+CODE_RE = re.compile(r"^GPU\d{3}$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str  # kebab-case, for people
+    kb_id: str
+    title: str
+    kinds: tuple[str, ...]
+    # Prefilter: every group must have at least one of its byte strings in the file. Only files
+    # that pass are parsed for this rule (TorchFix's "torch" prefilter, made per rule).
+    prefilter: tuple[tuple[bytes, ...], ...]
+    what: str
+    why: str
+    example: str
+    fix: str
+    fix_safety: str  # "safe" / "unsafe" / "display-only", then why
+    near_misses: str
+    # Optional regex over the raw bytes, checked after the substring groups pass.
+    pattern: bytes | tuple[bytes, ...] | None = None  # every one must match
+
+    def wants(self, data: bytes) -> bool:
+        if not all(any(s in data for s in group) for group in self.prefilter):
+            return False
+        if self.pattern is None:
+            return True
+        patterns = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+        return all(_compiled(p).search(data) is not None for p in patterns)
+
+
+_CASTS = (b".to(", b".half(", b".bfloat16(", b".float(", b".double(", b".cuda(", b".cpu(", b".type(")
+_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def _compiled(pattern: bytes) -> re.Pattern[bytes]:
+    if pattern not in _PATTERNS:
+        _PATTERNS[pattern] = re.compile(pattern, re.M)
+    return _PATTERNS[pattern]
+
+
+# GPU001: a product of two operands (not a decorator's @).
+ATTENTION_PRODUCT = rb"bmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
+# GPU003: something that makes a tensor non-contiguous (`.T`, not `.Tensor`).
+NONCONTIGUOUS = (rb"\.(?:transpose|permute|swapaxes|swapdims)\(|\.mT\b|\.t\(\)|\.T\b|scaled_dot_product_attention"
+                 rb"|rearrange\(")
+# GPU004: a tensor built from sizes.
+SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)"  # torch.tensor / LongTensor
+# GPU004: a tuple unpacked from, or a for loop over, a (subscripted) name; or a shape= keyword
+# given a subscript.
+_UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
+           rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
+           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[")
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        code="GPU001",
+        name="naive-attention",
+        kb_id="attention-oom",
+        title="hand-written attention materialises the full score matrix",
+        kinds=(PYTHON,),
+        prefilter=((b"softmax",), (b"bmm", b"matmul", b"@", b"einsum")),
+        pattern=ATTENTION_PRODUCT,
+        what=(
+            "A product of two activations (torch.baddbmm / bmm / matmul / einsum / @, typically q and "
+            "k transposed) whose result goes through a softmax and is then multiplied with a third "
+            "tensor (v): attention computed by hand. The finding points at the product that creates "
+            "the score matrix."
+        ),
+        why=(
+            "The score matrix holds batch x heads x query_len x key_len elements, quadratic in the "
+            "sequence length, and the softmax allocates another one of the same size (twice that when "
+            "it upcasts to float32). Video and high-resolution diffusion models reach tens or hundreds "
+            "of GiB for that one tensor (a ControlVideo run asked for 112.50 GiB on a 32 GiB GPU). "
+            "Fused kernels (torch.nn.functional.scaled_dot_product_attention, xformers, flash_attn) "
+            "never build the matrix and need memory linear in the sequence length."
+        ),
+        example=(
+            "scores = torch.baddbmm(empty, query, key.transpose(-1, -2), beta=0, alpha=scale)\n"
+            "probs = scores.softmax(dim=-1)\n"
+            "out = torch.bmm(probs, value)"
+        ),
+        fix=(
+            "Use F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale) on (B, H, N, D) "
+            "tensors. From (B*H, N, D) inputs: q.view(B, H, N, D) for each of q, k, v, then "
+            "out.reshape(B * H, N, D) afterwards (reshape, not view: see GPU003)."
+        ),
+        fix_safety=(
+            "display-only: the rewrite must keep the mask semantics (additive vs boolean), the scale, "
+            "any upcast to float32 and the head layout, so it is left to you; the maths is the same, "
+            "float rounding differs slightly. Compare outputs on a small input before switching."
+        ),
+        near_misses=(
+            "A baddbmm/bmm/matmul whose result is not passed through a softmax and then into another "
+            "product (a linear layer, a bias-add GEMM, a gating softmax that is not multiplied with "
+            "values) does not fire, and neither does a product with a module weight (self.weight)."
+        ),
+    ),
+    Rule(
+        code="GPU002",
+        name="sdp-kernel-deprecated",
+        kb_id="sdp-kernel-deprecated",
+        title="torch.backends.cuda.sdp_kernel() is deprecated",
+        kinds=(PYTHON,),
+        prefilter=((b"sdp_kernel",),),
+        what="A use of torch.backends.cuda.sdp_kernel(enable_flash=..., enable_math=..., enable_mem_efficient=..., enable_cudnn=...).",
+        why=(
+            "Since PyTorch 2.3 it is a deprecated shim (FutureWarning) over "
+            "torch.nn.attention.sdpa_kernel and will be removed; the warning names contextlib.py, not "
+            "your line, so it is hard to find by hand."
+        ),
+        example="with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=False, enable_mem_efficient=True):",
+        fix=(
+            "with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):  "
+            "# from torch.nn.attention import SDPBackend, sdpa_kernel. The list holds the backends whose "
+            "flag was true, in the shim's order; enable_cudnn defaults to True, so cuDNN is listed unless "
+            "the old call turned it off (drop it by hand if the code predates PyTorch 2.3 and meant "
+            "'memory-efficient only')."
+        ),
+        fix_safety=(
+            "safe: when every enable_* argument is a literal True/False the new call is exactly what the "
+            "shim runs (PyTorch >= 2.3), and the import is added after the module's imports. With a "
+            "computed flag the fix is display-only."
+        ),
+        near_misses="torch.nn.attention.sdpa_kernel itself, and a function merely named sdp_kernel in your own module, do not fire.",
+    ),
+    Rule(
+        code="GPU003",
+        name="view-after-transpose",
+        kb_id="view-stride",
+        title=".view() merges dimensions of a transposed, permuted or SDPA-output tensor",
+        kinds=(PYTHON,),
+        prefilter=((b".view(",), (b"transpose", b"permute", b"swap", b".mT", b".t()", b".T", b"scaled_dot_product_attention",
+                                  b"rearrange")),
+        pattern=NONCONTIGUOUS,
+        what=(
+            "x.view(...) where x is, in the same function, the result of transpose / permute / .t() / "
+            ".mT / .T or of F.scaled_dot_product_attention (or a value derived from one of those "
+            "without a copy), and the view merges dimensions whose memory is not adjacent. The linter "
+            "follows names through the function (reassignment and .contiguous() end the tracking) and "
+            "matches the view's sizes against the tensor's symbolic shape to tell merging from splitting."
+        ),
+        why=(
+            "view() never copies, so it can only merge dimensions that are adjacent in memory; after a "
+            "transpose they are not, and view raises 'view size is not compatible with input tensor's "
+            "size and stride'. SDPA's output layout depends on the backend: the memory-efficient and "
+            "flash kernels return (B, H, N, D) tensors laid out as (B, N, H, D), the math kernel (CPU) a "
+            "contiguous one, so a view that works on one machine fails on another."
+        ),
+        example="out = (attn @ v).transpose(1, 2).view(B, N, C)",
+        fix="out = (attn @ v).transpose(1, 2).reshape(B, N, C)   # or .contiguous().view(B, N, C)",
+        fix_safety=(
+            "safe: reshape returns the same values, as a view when one is possible (so it never copies "
+            "where view would have worked) and a copy otherwise. If the code writes through the result "
+            "expecting to modify the original tensor, that never worked here (view raised), so there is "
+            "nothing to keep."
+        ),
+        near_misses=(
+            "A view that only splits a dimension (x.transpose(1, 2).view(B, N, H, 2, D // 2)), a view "
+            "that merges dimensions still adjacent in memory (x.permute(0, 2, 3, 1).view(B, H * W, C)), "
+            "a view after .contiguous() or after reassigning the name, x.view(dtype), and views of "
+            "tensors whose origin the linter cannot see do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU004",
+        name="shape-tensor-arithmetic",
+        kb_id="misaligned-address",
+        title="shape values held as tensors are used in arithmetic before int() / .tolist()",
+        kinds=(PYTHON,),
+        prefilter=((b"torch.tensor(", b"as_tensor(", b"LongTensor(", b"IntTensor(", b"new_tensor(", b"torch.stack("),
+                   (b".shape", b".size()", b"torch.long", b"torch.int")),
+        pattern=(SIZE_TENSOR, _UNPACK),
+        what=(
+            "Names unpacked from (or iterated over) a 1-D tensor of sizes, such as "
+            "`N_t, N_h, N_w = grid_sizes[0]` where grid_sizes = torch.stack([torch.tensor(u.shape[2:]) ...]), "
+            "then multiplied, added or used as sizes before int() or .tolist(); also a shape= argument "
+            "given a row of such a tensor."
+        ),
+        why=(
+            "Each element is a 0-d tensor: on a CUDA tensor every operation on it is a kernel launch and "
+            "int() synchronises with the GPU, so an error left by an earlier asynchronous kernel (a "
+            "misaligned address in an FP8/FP4 or attention kernel) is reported at this innocent line; "
+            "the shape arithmetic itself cannot misalign anything. It also costs a sync per op and "
+            "breaks torch.compile graphs."
+        ),
+        example=("grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])\n"
+                 "N_t, N_h, N_w = grid_sizes[0]\nexpected_tokens = int(N_t * N_h * N_w)"),
+        fix="N_t, N_h, N_w = grid_sizes[0].tolist()   # Python ints\nexpected_tokens = N_t * N_h * N_w",
+        fix_safety=(
+            "unsafe: .tolist() gives Python numbers; code that later needs the values as tensors (a "
+            "torch op on them, .item(), .to()) would change, so check the uses. Re-run with "
+            "CUDA_LAUNCH_BLOCKING=1 to find the kernel that really failed."
+        ),
+        near_misses=(
+            "Unpacking x.shape (ints), iterating grid_sizes.tolist(), converting with int() before "
+            "any arithmetic, and unpacking tuples of tensors (torch.chunk) do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU005",
+        name="parameter-reassign",
+        kb_id="parameter-reassign",
+        title="an nn.Parameter attribute is assigned the plain tensor that .to() / .half() returns",
+        kinds=(PYTHON,),
+        prefilter=((b"Parameter", b".weight", b".bias"), _CASTS),
+        pattern=rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\("
+                rb"|Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
+        what=(
+            "`self.p = self.p.to(...)` (or .half() / .float() / .cuda() / ...) where self.p is an "
+            "nn.Parameter (created with nn.Parameter / register_parameter in the same class, or the "
+            "weight / bias of a standard nn module), and `self.p = nn.Parameter(t).to(...)`."
+        ),
+        why=(
+            "Parameter.to() returns a plain Tensor whenever it converts. nn.Module.__setattr__ refuses "
+            "a plain tensor for a registered parameter: TypeError: cannot assign "
+            "'torch.cuda.BFloat16Tensor' as parameter 'p' (torch.nn.Parameter or None expected). It "
+            "only works while the conversion is a no-op, so it breaks on the first machine where dtype "
+            "or device differ. `nn.Parameter(t).to(device)` assigned for the first time silently "
+            "registers nothing: the attribute is a plain tensor, missing from parameters(), the "
+            "optimizer and the state dict."
+        ),
+        example="self.token = nn.Parameter(torch.zeros(1, dim))\n...\nself.token = self.token.to(dtype=dtype, device=device)",
+        fix="self.token.data = self.token.data.to(dtype=dtype, device=device)   # or convert the module: self.to(dtype=..., device=...)",
+        fix_safety=(
+            "safe: assigning .data converts the parameter in place; it stays the same registered "
+            "nn.Parameter (requires_grad and optimizer references kept). For "
+            "nn.Parameter(t).to(x) the fix moves the conversion inside: nn.Parameter(t.to(x))."
+        ),
+        near_misses=(
+            "`self.m = self.m.to(dtype)` on a submodule (Module.to returns the module itself), "
+            "`self.p.data = self.p.data.to(...)`, and attributes not known to be parameters do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU006",
+        name="single-arch-build",
+        kb_id="no-kernel-image",
+        title="CUDA build flags target a single GPU architecture",
+        kinds=(PYTHON, BUILD),
+        prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
+                    b"gpu-architecture", b"-code"),),
+        pattern=rb"-arch[= \"']|--gpu-architecture|-gencode|--generate-code|arch=compute_|TORCH_CUDA_ARCH_LIST"
+                rb"|CUDA_ARCHITECTURES|-code[= ]",
+        what=(
+            "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
+            "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "
+            "CMAKE_CUDA_ARCHITECTURES values that build for exactly one architecture. Flags are "
+            "collected per list (including later appends), per CMake/Make file and per nvcc command."
+        ),
+        why=(
+            "SASS for sm_XY runs only on GPUs of the same major version with minor >= Y; other GPUs "
+            "need PTX to JIT-compile, and PTX only runs on its own architecture or newer. "
+            "`-gencode arch=compute_86,code=sm_86`, TORCH_CUDA_ARCH_LIST=\"8.6\" or CMake's \"86-real\" "
+            "embed no PTX: every other architecture (A100 sm_80, H100 sm_90, RTX 5090 sm_120) gets "
+            "'no kernel image is available for execution on the device'. A lone -arch=sm_86 also "
+            "embeds compute_86 PTX (nvcc's shorthand): newer GPUs JIT-compile it on first launch, "
+            "but older ones (sm_80) still have no kernel image."
+        ),
+        example='extra_cuda_cflags=["-gencode", "arch=compute_86,code=sm_86"]\nexport TORCH_CUDA_ARCH_LIST="8.6"',
+        fix=(
+            'List every target and add PTX for the newest: TORCH_CUDA_ARCH_LIST="8.0;8.6;9.0;12.0+PTX", '
+            "or -gencode arch=compute_86,code=[sm_86,compute_86]; drop a hard-coded -arch=sm_XY from "
+            "extra_cuda_cflags and let TORCH_CUDA_ARCH_LIST decide."
+        ),
+        fix_safety=(
+            "safe: where the fix only adds PTX (\"8.6\" -> \"8.6+PTX\", code=sm_86 -> code=[sm_86,compute_86], "
+            "\"86-real\" -> \"86\") the same SASS is built, plus PTX that newer GPUs can JIT. Choosing "
+            "other architectures (a lone -arch=sm_XY) is display-only."
+        ),
+        near_misses=(
+            "Lists that cover several architectures, any list with PTX (+PTX, code=compute_XY, CMake "
+            "\"86\"), architecture-specific targets (sm_90a, sm_100a: single-architecture by design), "
+            "-arch=native/all, and flags built from variables do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU007",
+        name="xformers-attention",
+        kb_id="xformers-flash-invalid-argument",
+        title="xformers attention call site (informational: the SDPA route for Blackwell)",
+        kinds=(PYTHON,),
+        prefilter=((b"xformers", b"memory_efficient_attention"),),
+        what=(
+            "A call to enable_xformers_memory_efficient_attention() (diffusers) or "
+            "xformers.ops.memory_efficient_attention(...)."
+        ),
+        why=(
+            "xformers 0.0.30-0.0.32 wheels dispatch fp16/bf16 attention to their bundled "
+            "FlashAttention-3 kernel, which is Hopper-only: on Blackwell (RTX 50xx / RTX PRO 6000 "
+            "sm_120, B200 sm_100) it fails with 'CUDA error (flash_fwd_launch_template.h): invalid "
+            "argument' or is refused as '(too new)'. PyTorch's SDPA has kernels built for these GPUs "
+            "in cu128+ wheels and is what diffusers uses by default on torch >= 2.0."
+        ),
+        example="pipe.enable_xformers_memory_efficient_attention()\nout = xformers.ops.memory_efficient_attention(q, k, v)",
+        fix=(
+            "Drop the enable_xformers_memory_efficient_attention() call (diffusers then uses SDPA); "
+            "replace memory_efficient_attention(q, k, v) on (B, N, H, D) tensors with "
+            "F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)."
+        ),
+        fix_safety=(
+            "display-only: it changes which kernel runs (speed and memory, not the maths), and the "
+            "attn_bias types of xformers have no one-line SDPA equivalent."
+        ),
+        near_misses=(
+            "disable_xformers_memory_efficient_attention(), is_xformers_available() and definitions "
+            "of these functions do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU008",
+        name="flash-attn-layout",
+        kb_id="flash-attn-unsupported",
+        title="flash_attn_func gets (batch, heads, seqlen, head_dim) tensors",
+        kinds=(PYTHON,),
+        prefilter=((b"flash_attn",),),
+        what=(
+            "flash_attn_func / flash_attn_qkvpacked_func / flash_attn_kvpacked_func called with q, k or "
+            "v whose dimension 1 is known (in the same function) to be the heads dimension: split from "
+            "the hidden size with view/reshape/rearrange and moved in front of the sequence with "
+            "transpose(1, 2) (the SDPA layout); or with only some of q, k, v transposed from the "
+            "layout the others share."
+        ),
+        why=(
+            "flash_attn wants (batch, seqlen, nheads, headdim), SDPA wants (batch, nheads, seqlen, "
+            "headdim). Given the SDPA layout, flash_attn reads heads as sequence positions: shape "
+            "checks fail, or when the sizes happen to agree it silently computes the wrong attention."
+        ),
+        example="q = q.view(B, N, H, D).transpose(1, 2)   # SDPA layout\nout = flash_attn_func(q, k, v)",
+        fix="Pass (B, N, H, D) tensors: drop the transpose(1, 2) (or transpose back) for all of q, k and v, and transpose the output if the caller expects (B, H, N, D).",
+        fix_safety="display-only: which transposes to drop depends on what else uses the tensors.",
+        near_misses="q.view(B, N, H, D) passed directly, rearrange(..., 'b n (h d) -> b n h d'), and tensors of unknown layout do not fire.",
+    ),
+    Rule(
+        code="GPU009",
+        name="data-ptr-unchecked",
+        kb_id="noncontiguous-kernel-input",
+        title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
+        kinds=(CPP,),
+        prefilter=((b"data_ptr", b".data<"),),
+        what=(
+            "In C++/CUDA extension code (a file that includes torch headers, defines PYBIND11_MODULE / "
+            "TORCH_LIBRARY, or launches kernels with ATen), a function reads x.data_ptr() / "
+            "x.data_ptr<T>() / x.data<T>() / mutable_data_ptr / const_data_ptr of a Tensor parameter x "
+            "that is nowhere checked (x.is_contiguous(), CHECK_CONTIGUOUS(x), CHECK_INPUT(x), macros "
+            "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
+            "with its strides. A function whose every caller in the linted files passes checked or "
+            "contiguous tensors is fine."
+        ),
+        why=(
+            "A raw pointer is read as dense row-major memory. A transposed, permuted, sliced or "
+            "expanded tensor has the same data_ptr() with other strides, so the kernel computes on the "
+            "wrong elements (silently wrong results that no synchronisation fixes) or reads past the end."
+        ),
+        example="torch::Tensor forward(torch::Tensor x) {\n  kernel<<<grid, block>>>(x.data_ptr<float>(), x.numel());",
+        fix='TORCH_CHECK(x.is_contiguous(), "x must be contiguous");   // or: auto xc = x.contiguous(); use xc.data_ptr<float>()',
+        fix_safety="display-only: whether to reject or to copy (and where) is a design choice of the extension.",
+        near_misses=(
+            "Reads after x.contiguous(), after a contiguity check or macro, of tensors created in the "
+            "function (torch::empty), pointer comparisons and alignment checks inside TORCH_CHECK, and "
+            "functions whose callers check, do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU010",
+        name="allocator-mismatch",
+        kb_id="custom-allocator",
+        title="custom allocator: size not a multiple of the alignment, or freed with the wrong function",
+        kinds=(CPP,),
+        prefilter=((b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
+                    b"cudaMalloc", b"cudaHostAlloc", b"hipMalloc", b"alloc_cpu("),
+                   (b"free", b"Free", b"deleter", b"aligned_alloc"),
+                   # PyTorch backend / allocator code, not any C program
+                   (b"c10/", b"ATen/", b"torch/", b"DataPtr", b"PrivateUse1", b"privateuseone", b"Allocator")),
+        what=(
+            "aligned_alloc(alignment, size) where size is not provably a multiple of alignment; memory "
+            "from _aligned_malloc released with free (or malloc'd memory with _aligned_free, new with "
+            "free, cudaMalloc with free, ...); a c10::Allocator whose allocate() and deleter use "
+            "different allocation families (DataPtr{ptr, ctx, &free, device} for _aligned_malloc memory)."
+        ),
+        why=(
+            "aligned_alloc requires size to be a multiple of alignment (C11/C++17; some C libraries "
+            "return NULL, others misbehave). Freeing memory with a function from another family "
+            "corrupts the heap or crashes later, far from the bug, and PyTorch trusts an allocator "
+            "completely: the DataPtr's deleter is the only thing that frees a tensor's storage."
+        ),
+        example="void* data = aligned_alloc(64, nbytes);\n...\nvoid* p = _aligned_malloc(n, 64);\nfree(p);",
+        fix=(
+            "Round the size up: aligned_alloc(64, (nbytes + 63) / 64 * 64); free with the matching "
+            "function (_aligned_free, cudaFree, delete[]); or use c10::alloc_cpu / c10::free_cpu "
+            "(64-byte aligned, PyTorch's own)."
+        ),
+        fix_safety="display-only: an allocator change affects every tensor of the backend; review and test it.",
+        near_misses=(
+            "Sizes rounded up in the same function ((n + 63) / 64 * 64, & ~63, an align/round helper), "
+            "checked with %, or literal multiples; allocation and release from the same family do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU011",
+        name="module-after-cast",
+        kb_id="dtype-mismatch",
+        title="a submodule or parameter is created after the model was cast and is never converted",
+        kinds=(PYTHON,),
+        prefilter=((b"nn.", b"Module", b"Parameter", b"dtype", b".half()", b".bfloat16()"),),
+        # a cast (the cross-file call site) or an nn module assigned to self (the creators)
+        pattern=rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]|torch_dtype\s*=|\.(?:half|bfloat16)\(\)"
+                rb"|\.to\([^)\n]*(?:dtype|bfloat16|float16|half)",
+        what=(
+            "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
+            "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "
+            "without a dtype= argument and is never converted afterwards. Also a method other than "
+            "__init__ (and not called from __init__) of an nn.Module class that adds float32 submodules "
+            "or parameters with no dtype/device and no .to() afterwards (an enable_*_mode() that runs "
+            "after the pipeline cast the model)."
+        ),
+        why=(
+            "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "
+            "mixed operands and fail: RuntimeError: mat1 and mat2 must have the same dtype, but got "
+            "BFloat16 and Float."
+        ),
+        example="model.to(torch.bfloat16)\nmodel.head = nn.Linear(1024, 10)",
+        fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
+        fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
+        near_misses=(
+            "Modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
+            "modules converted later in the same function, and casts to float32 do not fire."
+        ),
+    ),
+)
+
+BY_CODE: dict[str, Rule] = {r.code: r for r in RULES}
+
+
+def select(select: list[str] | None, ignore: list[str] | None) -> tuple[Rule, ...]:
+    """The rules chosen by code prefixes (`GPU0`, `GPU003`) and `ALL`; ignore wins over select.
+    Raises ValueError naming a selector that matches no rule."""
+
+    def matches(selector: str) -> list[Rule]:
+        s = selector.strip().upper()
+        if s == "ALL":
+            return list(RULES)
+        found = [r for r in RULES if r.code.startswith(s)]
+        if not s or not found:
+            raise ValueError(f"unknown rule code {selector!r} (codes are {RULES[0].code}..{RULES[-1].code}, or ALL)")
+        return found
+
+    chosen = {r.code for sel in (select or ["ALL"]) for r in matches(sel)}
+    dropped = {r.code for sel in (ignore or []) for r in matches(sel)}
+    return tuple(r for r in RULES if r.code in chosen and r.code not in dropped)
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    rule: Rule
+
+    def to_dict(self) -> dict[str, str]:
+        r = self.rule
+        return {"code": r.code, "name": r.name, "kb_id": r.kb_id, "title": r.title,
+                "applies_to": ", ".join(r.kinds), "what": r.what, "why": r.why, "example": r.example,
+                "fix": r.fix, "fix_safety": r.fix_safety, "near_misses": r.near_misses}
+
+
+def describe(code: str) -> RuleDoc | None:
+    """The documentation of a lint rule by code (case-insensitive), or None."""
+    rule = BY_CODE.get(code.strip().upper())
+    return RuleDoc(rule) if rule else None
+
+
+def markdown_table() -> str:
+    """The README's rule table."""
+    rows = ["| code | finds | knowledge-base id | fix |", "| --- | --- | --- | --- |"]
+    for r in RULES:
+        safety = r.fix_safety.split(":", 1)[0]
+        rows.append(f"| `{r.code}` | {r.title.replace('|', chr(92) + '|')} | `{r.kb_id}` | {safety} |")
+    return "\n".join(rows) + "\n"

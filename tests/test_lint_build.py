@@ -1,0 +1,188 @@
+"""GPU006 (single-architecture CUDA builds) in Python, CMake, shell scripts, Makefiles and
+Dockerfiles, and the model of nvcc's flags it rests on, checked against nvcc itself."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from gpudoctor.lint import archflags
+from lint_helpers import lines, lint_source, lint_tree, marked_lines
+
+SETUP_PY = """
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension, load
+
+os.environ["TORCH_CUDA_ARCH_LIST"] = "8.6"  # <-
+
+ext = load(name="custom_module", sources=["module.cpp", "kernel.cu"],
+           extra_cuda_cflags=["-arch=sm_86"])  # <-
+
+nvcc_flags = ["-O3", "-gencode", "arch=compute_86,code=sm_86"]  # <-
+setup(ext_modules=[CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": nvcc_flags})])
+
+several = ["-gencode", "arch=compute_80,code=sm_80"]
+several.append("-gencode")
+several.append("arch=compute_90,code=sm_90")
+
+with_ptx = ["-gencode", "arch=compute_86,code=[sm_86,compute_86]"]
+specific = ["-gencode", "arch=compute_90a,code=sm_90a"]
+native = ["-arch=native"]
+computed = ["-gencode", f"arch=compute_{cc},code=sm_{cc}"]
+extended = ["-gencode", "arch=compute_80,code=sm_80"] + extra_flags
+docs = "use -gencode arch=compute_86,code=sm_86 to build"   # prose, not flags
+"""
+
+
+def test_python_flags(tmp_path):
+    result = lint_source(tmp_path, SETUP_PY, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(SETUP_PY)
+    env, lone, gencode = sorted(result.findings, key=lambda f: f.line)
+    assert env.fix.applicability == "safe" and "no PTX" in env.message
+    assert lone.fix.applicability == "display-only" and "JIT" in lone.message
+    assert gencode.fix.applicability == "safe"
+
+
+def test_python_arch_list_alternatives_are_left_alone(tmp_path):
+    source = """
+    import os
+    if gpu == "a100":
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0"
+    else:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    """
+    assert lint_source(tmp_path, source, select=["GPU006"]).findings == []
+
+
+BUILD_FILES = {
+    "CMakeLists.txt": """
+        cmake_minimum_required(VERSION 3.18)
+        project(ext LANGUAGES CXX CUDA)
+        # set(CMAKE_CUDA_ARCHITECTURES 80-real)
+        set(CMAKE_CUDA_ARCHITECTURES "86-real")  # <-
+        """,
+    "cmake/flags.cmake": """
+        list(APPEND CUDA_NVCC_FLAGS -gencode arch=compute_80,code=sm_80)
+        if(CUDA_VERSION VERSION_GREATER_EQUAL 11.8)
+          list(APPEND CUDA_NVCC_FLAGS -gencode arch=compute_90,code=sm_90)
+        endif()
+        set(CMAKE_CUDA_ARCHITECTURES 86)
+        """,
+    "build.sh": """
+        #!/bin/bash
+        # export TORCH_CUDA_ARCH_LIST="8.6"
+        export TORCH_CUDA_ARCH_LIST="8.6"  # <-
+        pip install --no-build-isolation .
+        nvcc -O3 -c kernel.cu -o kernel.o \\
+             -gencode arch=compute_86,code=sm_86  # <-
+        nvcc -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90 -c k2.cu
+        echo "nvcc -arch=sm_70 is only text here"
+        """,
+    "Makefile": """
+        NVCCFLAGS := -O3 -arch=compute_75 -code=sm_75  # <-
+        all:
+        \tnvcc $(NVCCFLAGS) -c kernel.cu
+        """,
+    "Dockerfile": """
+        FROM nvidia/cuda:12.8.0-devel-ubuntu22.04
+        ENV TORCH_CUDA_ARCH_LIST="8.0;8.6;9.0;12.0+PTX"
+        RUN pip install flash-attn --no-build-isolation
+        """,
+}
+
+
+def test_build_files(tmp_path):
+    result = lint_tree(tmp_path, BUILD_FILES, select=["GPU006"])
+    got = sorted((f.path[len(str(tmp_path)) + 1:], f.line) for f in result.findings)
+    # (the nvcc command spans two lines: it is reported where its architecture flags are)
+    want = sorted((name, n) for name, text in BUILD_FILES.items() for n in marked_lines(text))
+    assert got == want
+
+
+def _nvcc_images(flags: str) -> tuple[set[int], set[int]]:
+    proc = subprocess.run(["nvcc", *flags.split(), "--dryrun", "-c", "k.cu", "-o", "k.o"],
+                          capture_output=True, text=True, timeout=60)
+    text = proc.stdout + proc.stderr
+    assert "fatal" not in text, text
+    sass = {int(m) for m in re.findall(r"--image3=kind=elf,sm=(\d+)\b", text)}
+    ptx = {int(m) for m in re.findall(r"--image3=kind=ptx,sm=(\d+)\b", text)}
+    return sass, ptx
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("flags", [
+    "-arch=sm_86",
+    "-arch sm_86",
+    "--gpu-architecture=sm_86",
+    "-arch=compute_86",
+    "-arch=compute_86 -code=sm_86",
+    "-arch=compute_86 -code=sm_86,compute_86",
+    "-gencode arch=compute_86,code=sm_86",
+    "-gencode=arch=compute_86,code=[sm_86,compute_86]",
+    "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90",
+])
+def test_the_flag_model_agrees_with_nvcc(flags):
+    """What archflags believes nvcc embeds is what nvcc --dryrun says it embeds."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    t = archflags.nvcc_targets([archflags.Tok(w) for w in flags.split()])
+    assert (t.sass, t.ptx) == _nvcc_images(flags)
+
+
+@pytest.mark.nvcc
+def test_the_safe_fix_adds_ptx_and_keeps_the_sass(tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    flags = "-O3 -gencode arch=compute_86,code=sm_86"
+    toks = [archflags.Tok(m.group(), m.start()) for m in re.finditer(r"\S+", flags)]
+    verdict = archflags.judge(archflags.nvcc_targets(toks), "flags")
+    assert verdict is not None and verdict.edits
+    fixed = flags
+    for e in sorted(verdict.edits, reverse=True):
+        fixed = fixed[:e.start] + e.text + fixed[e.end:]
+    before, after = _nvcc_images(flags), _nvcc_images(fixed)
+    assert before == ({86}, set()) and after == ({86}, {86})
+    assert archflags.judge(archflags.nvcc_targets([archflags.Tok(w) for w in fixed.split()]), "flags") is None
+
+
+@pytest.mark.parametrize("value, verdict", [
+    ("8.6", True), ("8.6+PTX", False), ("8.0;8.6", False), ("8.6 9.0", False), ("Ampere", False),
+    ("9.0a", False), ("$ARCHS", False), ("12.0", True),
+])
+def test_torch_arch_list_values(value, verdict):
+    t = archflags.torch_arch_targets([archflags.Tok(value, 0)])
+    assert (archflags.judge(t, "TORCH_CUDA_ARCH_LIST") is not None) is verdict
+
+
+@pytest.mark.parametrize("value, verdict", [
+    ("86-real", True), ("86", False), ("86-virtual", False), ("80-real;86-real", False), ("native", False),
+    ("all-major", False), ("90a-real", False),
+])
+def test_cmake_architecture_values(value, verdict):
+    t = archflags.cmake_arch_targets([archflags.Tok(value, 0)])
+    assert (archflags.judge(t, "CUDA_ARCHITECTURES") is not None) is verdict
+
+
+def test_fix_build_files_end_to_end(tmp_path):
+    """--fix on a shell script and a CMakeLists: only PTX is added, shell-safe (no `[...]` glob)."""
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+
+    script = tmp_path / "build.sh"
+    script.write_text('#!/bin/bash\nexport TORCH_CUDA_ARCH_LIST="8.6"\nnvcc -O3 -gencode arch=compute_86,code=sm_86 -c k.cu\n')
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text('set_target_properties(ext PROPERTIES CUDA_ARCHITECTURES "86-real")\n')
+    r = CliRunner().invoke(app, ["lint", str(tmp_path), "--fix"])
+    assert r.exit_code == 0, r.output
+    fixed = script.read_text()
+    assert 'TORCH_CUDA_ARCH_LIST="8.6+PTX"' in fixed
+    assert "-gencode arch=compute_86,code=sm_86 -gencode arch=compute_86,code=compute_86 -c k.cu" in fixed
+    assert "[" not in fixed
+    assert 'CUDA_ARCHITECTURES "86")' in cmake.read_text()
+    if shutil.which("nvcc"):
+        flags = fixed.splitlines()[2].split("nvcc ", 1)[1].replace(" -c k.cu", "")
+        assert _nvcc_images(flags) == ({86}, {86})

@@ -1,0 +1,193 @@
+"""The C++/CUDA rules: unchecked data_ptr reads across an extension's files (GPU009) and custom
+allocator mistakes (GPU010), with the tokenizer's promise that comments and strings never count."""
+from __future__ import annotations
+
+from gpudoctor.lint import cpp
+from lint_helpers import lint_tree, marked_lines
+
+BINDINGS = """
+#include <torch/extension.h>
+#define CHECK_CUDA(x) TORCH_CHECK(x.device().is_cuda(), #x " must be a CUDA tensor")
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")
+#define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
+
+torch::Tensor scale_cuda(torch::Tensor x, torch::Tensor out);
+void add_cuda(const torch::Tensor& x, torch::Tensor y);
+
+torch::Tensor scale(torch::Tensor x, torch::Tensor out) {
+  CHECK_INPUT(x);
+  CHECK_INPUT(out);
+  return scale_cuda(x, out);
+}
+
+void add(torch::Tensor x, torch::Tensor y) {
+  CHECK_CUDA(x);                                  // device only: not a contiguity check
+  auto yc = y.contiguous();
+  add_cuda(x, yc);
+}
+
+void copy_rows(torch::Tensor dst, torch::Tensor src) {
+  TORCH_CHECK(dst.data_ptr() != src.data_ptr(), "no aliasing");   // a comparison, not a read
+  auto src_c = src.contiguous();
+  float* d = dst.data_ptr<float>();               // <- dst: never checked
+  const float* s = src_c.data_ptr<float>();
+  /* src.data_ptr<float>() in a comment */
+  const char* msg = "src.data_ptr<float>() in a string";
+}
+
+void strided(torch::Tensor x) {
+  auto* p = x.data_ptr<float>();
+  launch(p, x.stride(0), x.stride(1));            // stride-aware
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("scale", &scale);
+  m.def("add", &add);
+  m.def("copy_rows", &copy_rows);
+  m.def("strided", &strided);
+}
+"""
+
+KERNELS = """
+#include <torch/types.h>
+__global__ void k(const float* x, float* y, int n) {}
+
+torch::Tensor scale_cuda(torch::Tensor x, torch::Tensor out) {
+  k<<<1, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());   // callers checked both
+  return out;
+}
+
+void add_cuda(const torch::Tensor& x, torch::Tensor y) {
+  k<<<1, 256>>>(x.const_data_ptr<float>(), y.mutable_data_ptr<float>(), x.numel());   // <-
+}
+
+void unbound_helper(torch::Tensor x) {             // nobody here calls or binds it: left alone
+  k<<<1, 1>>>(x.data_ptr<float>(), nullptr, 1);
+}
+"""
+
+
+def _by_file(result):
+    return sorted((f.path.rsplit("/", 1)[-1], f.line, f.message.split("(")[0]) for f in result.findings)
+
+
+def test_data_ptr_across_the_extension(tmp_path):
+    result = lint_tree(tmp_path, {"ext.cpp": BINDINGS, "kernels.cu": KERNELS}, select=["GPU009"])
+    got = [(f.path.rsplit("/", 1)[-1], f.line, f.message.split("(")[0]) for f in result.findings]
+    # add() passes x unchecked to add_cuda (y went through .contiguous()); copy_rows reads dst
+    assert got == [("ext.cpp", marked_lines(BINDINGS, "// <-")[0], "dst.data_ptr"),
+                   ("kernels.cu", marked_lines(KERNELS, "// <-")[0], "x.const_data_ptr")]
+    assert all(f.kb_id == "noncontiguous-kernel-input" for f in result.findings)
+
+
+def test_kernels_alone_report_nothing(tmp_path):
+    """Without the bindings the entry points are unknown: precision first."""
+    result = lint_tree(tmp_path, {"kernels.cu": KERNELS}, select=["GPU009"])
+    assert result.findings == []
+
+
+def test_pytorch_internal_code_is_not_extension_code(tmp_path):
+    source = KERNELS.replace("#include <torch/types.h>", '#include "ATen/native/Foo.h"').replace(
+        "torch::Tensor", "Tensor")
+    result = lint_tree(tmp_path, {"Foo.cuh": source, "b.cpp": BINDINGS.replace("torch::Tensor", "Tensor")
+                                  .replace("#include <torch/extension.h>", "")}, select=["GPU009"])
+    assert [f for f in result.findings if f.path.endswith("Foo.cuh")] == []
+
+
+ALLOC = """
+#include <c10/core/Allocator.h>
+#include <cstdlib>
+#define POOL_BYTES (1024 * 1024)
+
+struct EchoAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    size_t aligned_size = ((nbytes + 63) / 64) * 64;          // rounded up: fine
+    void* data = aligned_alloc(64, aligned_size);
+    return {data, data, &free, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free; }
+};
+
+void* exact(size_t nbytes) { return aligned_alloc(64, nbytes); }   // <-
+void* pool() { return aligned_alloc(64, POOL_BYTES); }
+void* masked(size_t n) { return aligned_alloc(64, (n + 63) & ~size_t(63)); }
+void* literal() { return aligned_alloc(64, 4096); }
+void* odd() { return aligned_alloc(64, 100); }                     // <-
+
+void windows(size_t n) {
+  void* p = _aligned_malloc(n, 64);
+  free(p);                                                          // <-
+  void* q = _aligned_malloc(n, 64);
+  _aligned_free(q);
+  float* r = new float[n];
+  delete r;                                                         // <-
+  void* d = nullptr;
+  cudaMalloc(&d, n);
+  cudaFree(d);
+}
+
+static void host_free(void* p) { cudaFreeHost(p); }
+
+struct HostAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = _aligned_malloc(nbytes, 64);
+    return {data, data, &free, c10::Device(c10::DeviceType::PrivateUse1, 0)};   // <-
+  }
+};
+
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nullptr;
+    cudaMallocHost(&data, nbytes);
+    return {data, data, &host_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &host_free; }
+};
+"""
+
+
+def test_allocator_findings(tmp_path):
+    from lint_helpers import marked_lines
+
+    result = lint_tree(tmp_path, {"alloc.cpp": ALLOC}, select=["GPU010"])
+    assert sorted(f.line for f in result.findings) == marked_lines(ALLOC, "// <-")
+    assert all(f.kb_id == "custom-allocator" for f in result.findings)
+
+
+def test_allocator_rule_ignores_c_programs_that_are_not_pytorch_backends(tmp_path):
+    source = "#include <stdlib.h>\nint main(){ float* a = aligned_alloc(32, 100); free(a); return 0; }\n"
+    assert lint_tree(tmp_path, {"bench.c": source}, select=["GPU010"]).findings == []
+
+
+def test_tokenizer_skips_comments_strings_and_directives():
+    text = r'''
+    // x.data_ptr() in a line comment
+    /* x.data_ptr()
+       across lines */
+    const char* a = "x.data_ptr() \" still a string";
+    auto r = R"delim(x.data_ptr() )" not the end )delim";
+    char c = '"';
+    #define M(x) x.data_ptr() \
+        continued
+    int real = y.data_ptr();
+    '''
+    toks = cpp.tokenize(text)
+    ids = [t.text for t in toks.tokens if t.kind == "id"]
+    assert ids.count("data_ptr") == 1 and "y" in ids and "x" not in ids
+    assert "M" in toks.macros and "data_ptr" in toks.macros["M"]
+
+
+def test_functions_are_found_with_their_parameters():
+    text = """
+    namespace ext {
+    torch::Tensor forward(const torch::Tensor& q, torch::Tensor k, int64_t n = 4) {
+      auto f = [&](int i) { return i; };
+      if (n) { return q; }
+      return k;
+    }
+    struct S { S(int a) : a_(a) {} int a_; };
+    }
+    """
+    fns = cpp.functions(cpp.tokenize(text))
+    assert [f.name for f in fns] == ["forward"]
+    assert [name for _, name in fns[0].params] == ["q", "k", "n"]

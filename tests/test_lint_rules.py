@@ -1,0 +1,53 @@
+"""Every lint rule documents itself, names a knowledge-base entry that exists, and appears in the
+README's rule table; selection by code prefix behaves."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpudoctor import kb
+from gpudoctor.lint import rules
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.code)
+def test_rule_is_documented_and_linked(rule):
+    assert rules.CODE_RE.match(rule.code)
+    assert re.match(r"^[a-z0-9]+(-[a-z0-9]+)*$", rule.name)
+    assert kb.load_entry(rule.kb_id) is not None, f"{rule.code} names a missing entry {rule.kb_id}"
+    for field in ("title", "what", "why", "example", "fix", "fix_safety", "near_misses"):
+        assert getattr(rule, field).strip(), f"{rule.code}: empty {field}"
+    assert rule.fix_safety.split(":", 1)[0] in ("safe", "unsafe", "display-only")
+    assert rule.kinds and rule.prefilter
+    assert rules.describe(rule.code.lower()).rule is rule
+    text = " ".join((rule.what, rule.why, rule.fix, rule.near_misses)).lower()
+    assert "seed" not in text and "field note" not in text
+
+
+def test_codes_are_unique_and_ordered():
+    codes = [r.code for r in rules.RULES]
+    assert codes == sorted(set(codes))
+
+
+def test_selection():
+    assert [r.code for r in rules.select(["GPU00"], ["GPU003"])] == [
+        "GPU001", "GPU002", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009"]
+    assert len(rules.select(None, None)) == len(rules.RULES)
+    assert rules.select(["all"], None) == rules.RULES
+    with pytest.raises(ValueError):
+        rules.select(["TOR101"], None)
+
+
+def test_readme_rule_table_is_the_registry(repo_root):
+    readme = (repo_root / "README.md").read_text()
+    block = re.search(r"<!-- lint-rules:start -->\n(.*)<!-- lint-rules:end -->", readme, re.S)
+    assert block, "README lost its lint-rules markers"
+    assert block.group(1) == rules.markdown_table(), "stale table: paste gpudoctor.lint.rules.markdown_table()"
+
+
+def test_prefilters_let_every_documented_example_through():
+    """A rule's own example must reach the parser: the prefilter never hides what it documents."""
+    for rule in rules.RULES:
+        if rule.code == "GPU010":
+            continue  # reads PyTorch backend code only; its example omits the #include
+        assert rule.wants(rule.example.encode()), rule.code

@@ -40,7 +40,7 @@ Standard library only.
 """
 from __future__ import annotations
 
-import copy
+import functools
 import getpass
 import ipaddress
 import os
@@ -55,6 +55,8 @@ MASK = "<redacted>"  # a whole value hidden without a pseudonym (for callers tha
 _LIMIT = 4096  # longest value consumed after a secret-like name
 _MAX_PSEUDONYMS = 10_000  # per kind; beyond it, the unnumbered <kind> (bounded memory)
 _MIN_LEARNED = 8  # a secret shorter than this is hidden where it is found, not hunted elsewhere
+_MEMO_ENTRIES = 1 << 16  # `Redactor.text` results remembered (a fleet report repeats "GPU 3" 1,000 times)
+_MEMO_LENGTH = 1024  # longer strings (log text) are rarely repeated: not remembered
 # Kinds whose values, once found by their context, are hidden wherever else they appear verbatim.
 _LEARNED_KINDS = frozenset({"secret", "machine-id", "serial"})
 
@@ -80,6 +82,7 @@ def _name_parts(name: str) -> list[str]:
     return [p.lower() for p in _CAMEL.split(name) if p]
 
 
+@functools.lru_cache(maxsize=4096)  # a report asks about the same few hundred keys again and again
 def is_secret_name(name: str) -> bool:
     """Whether a key, variable or flag name says its value is a secret: HF_TOKEN, WANDB_API_KEY,
     api-key, clientSecret, DB_PASSWORD, MYSQL_PWD; not TOKENIZERS_PARALLELISM, max_tokens, key,
@@ -105,6 +108,7 @@ _HOST_KEYS = frozenset({
 })
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_host_name(name: str) -> bool:
     parts = _name_parts(name)
     if not parts:
@@ -499,6 +503,9 @@ class Redactor:
         self._learned = 0
         self._labels: set[str] = set()  # alias labels ("node-0"): never taken for a host again
         self._user_res: list[tuple[str, re.Pattern[str]]] = []
+        # text() results, forgotten whenever what the redactor knows changes (alias, a learned
+        # secret, a user name): the same string then gets the same answer, at dictionary speed.
+        self._memo: dict[tuple[str, bool], str] = {}
 
         users = [user if user is not None else _user()]
         if environ is not os.environ or user is None:
@@ -548,6 +555,7 @@ class Redactor:
             if len(v) >= 3:
                 self._literals[v] = (kind, label)
         self._literal_re = None
+        self._memo.clear()
         return label
 
     def learn_secret(self, value: str) -> None:
@@ -558,6 +566,7 @@ class Redactor:
         if value not in self._secrets and len(self._secrets) < 1000:
             self._secrets.add(value)
             self._secret_re = None
+            self._memo.clear()
 
     def pseudonym(self, kind: str, value: str) -> str:
         """The placeholder of `value` of `kind` (secret, host, ip, mac, user, email, uuid, serial,
@@ -610,6 +619,7 @@ class Redactor:
         if len(name) < 3 or name.lower() in _GENERIC_NAMES or name in self._users or not re.fullmatch(r"[\w.@-]{3,64}", name):
             return
         self._users.append(name)
+        self._memo.clear()
         self._names.set("user", name, "<user>")
         e = re.escape(name)
         # As a path component always; as a word anywhere when it cannot be an ordinary word.
@@ -624,6 +634,10 @@ class Redactor:
         under a version key) keeps dotted quads, which are versions there, not addresses."""
         if not value:
             return value
+        memo_key = (value, versions)
+        known = self._memo.get(memo_key)
+        if known is not None:
+            return known
         s = self._home(value)
         # Each pass runs only when its keywords occur: a plain log line costs a few substring
         # searches, not thirty regex scans. `low` may hold words the passes have since removed
@@ -637,6 +651,10 @@ class Redactor:
         s = self._machines(s, low, versions=versions)
         if self._learn_found():
             s = self._known(s)  # the same values where they appeared without their context
+        if len(value) <= _MEMO_LENGTH:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[memo_key] = s
         return s
 
     def _learn_found(self) -> bool:
@@ -1006,11 +1024,13 @@ class Redactor:
 
     def report(self, data: dict[str, Any]) -> dict[str, Any]:
         """A redacted deep copy of a report dict; see `redact_report`."""
-        out = copy.deepcopy(data)
+        # `value` builds new containers and never changes its input: only the environment,
+        # whose variables are filtered, needs copies (no deep copy of a 1,000-node fleet report).
+        out = dict(data)
         env = out.get("environment")
         if isinstance(env, dict) and isinstance(env.get("env_vars"), dict):
             # Filter by the allow-list first: a report built elsewhere may carry more variables.
-            env["env_vars"] = {k: v for k, v in env["env_vars"].items() if allowed_env_name(k)}
+            out["environment"] = {**env, "env_vars": {k: v for k, v in env["env_vars"].items() if allowed_env_name(k)}}
         self.learn(data)
         self._learn_found()
         learned = self._learned

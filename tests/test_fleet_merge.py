@@ -290,6 +290,24 @@ def test_the_fast_path_reads_what_a_full_parse_reads():
     assert a["findings"] == b["findings"] and a["stragglers"] == b["stragglers"]
 
 
+def test_the_fast_path_applies_to_what_scan_writes_today():
+    """The skim is keyed to render_json's layout; if the scan's JSON changes shape, the merge must
+    still read the same (it falls back to a full parse) and this test says the fast path is lost."""
+    from gpudoctor.reports.model import report_from_dict
+    from gpudoctor.reports.render import render_json
+
+    written = render_json(report_from_dict(fs.node_report(0, nodes=1, gpus=2))).encode()
+    skimmed = _skim(written)
+    assert skimmed is not None and len(skimmed) < len(written) / 2
+    full = json.loads(written)
+    fast = json.loads(skimmed)
+    assert [(r["probe"], r["device"], r["status"], r["summary"]) for r in fast["results"]] == \
+        [(r["probe"], r["device"], r["status"], r["summary"]) for r in full["results"]]
+    assert fast["environment"] == full["environment"]
+    gemm = [r["details"] for r in fast["results"] if r["probe"] == "matmul-sanity"]
+    assert gemm == [r["details"] for r in full["results"] if r["probe"] == "matmul-sanity"] and gemm[0]
+
+
 def test_untrusted_text_stays_text(tmp_path):
     hostile = "\x1b]52;c;ZXZpbA==\x07[bold red]pwn[/] <img src=x> | `code` \x1b[31mred"
     reports = [fs.node_report(i, nodes=2) for i in range(2)]

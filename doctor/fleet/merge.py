@@ -45,7 +45,7 @@ from gpudoctor.fleet.model import (
     ERROR, FLEET_KIND, WARNING, Culprit, FleetFinding, FleetReport, KINDS, NodeSummary,
 )
 
-MAX_REPORT_BYTES = 64 << 20  # a node report is ~50 KB; anything this big is not one
+MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
 TEXT_LIMIT = 300  # characters of an untrusted value kept in a finding
 LIST_IN_SUMMARY = 4  # places named in a one-line summary before "+N more"
 
@@ -253,13 +253,29 @@ def _members_of(chunk: list[str]) -> list[tuple[str, "Member | None", str | None
 PARALLEL_FROM = 64
 
 
+def _idle_cores(limit: int = 16) -> int:
+    """Processes worth starting: the cores this process may use that the load average leaves idle.
+    On a busy machine a pool only adds its own cost (workers fight for the same cores and every
+    extracted report is pickled back), so a loaded 2-core box reads in one process."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        busy = 0.0
+    return max(1, min(limit, cores, math.ceil(cores - busy)))
+
+
 def load_members(inputs: Sequence[str], jobs: int | None = None) -> tuple[list["Member"], list[Loaded]]:
-    """Read and extract every input, in parallel (fork) when there are many files and cores:
-    parsing ~300 KB of JSON per node is most of a 1,000-node merge. Order is kept."""
+    """Read and extract every input, in parallel (fork) when there are many files and idle cores
+    (`_idle_cores`; GPUDOCTOR_MERGE_JOBS=N overrides): reading and parsing ~330 KB of JSON per
+    node is most of a 1,000-node merge. Order is kept."""
     files = _paths(inputs)
     if jobs is None:
         env = os.environ.get("GPUDOCTOR_MERGE_JOBS", "")
-        jobs = int(env) if env.isdigit() and int(env) > 0 else min(os.cpu_count() or 1, 16)
+        jobs = int(env) if env.isdigit() and int(env) > 0 else _idle_cores()
     batches: list[list[tuple[str, Member | None, str | None]]]
     if jobs > 1 and len(files) >= PARALLEL_FROM and "-" not in files and hasattr(os, "fork"):
         import concurrent.futures

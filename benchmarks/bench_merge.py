@@ -39,6 +39,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from _timing import compare, table  # noqa: E402
 
+from gpudoctor.fleet.merge import _idle_cores  # noqa: E402
+
 
 def write_fleet(folder: str, nodes: int) -> int:
     import fleet_synth as fs
@@ -99,7 +101,7 @@ def main() -> None:
         os.mkdir(folder)
         size = write_fleet(folder, args.nodes)
         print(f"{args.nodes - 1} node reports, {size / 1e6:.0f} MB of JSON ({size / (args.nodes - 1) / 1e3:.0f} KB each); "
-              f"merge processes: {min(os.cpu_count() or 1, 16)}")
+              f"merge read processes now: {_idle_cores()} (the cores the load average leaves idle)")
         floor = (f"import glob, json\nfor f in glob.glob({folder!r} + '/*.json'):\n"
                  "    json.load(open(f, 'rb'))")
         results = compare({

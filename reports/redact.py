@@ -40,7 +40,7 @@ Standard library only.
 """
 from __future__ import annotations
 
-import copy
+import functools
 import getpass
 import ipaddress
 import os
@@ -55,6 +55,8 @@ MASK = "<redacted>"  # a whole value hidden without a pseudonym (for callers tha
 _LIMIT = 4096  # longest value consumed after a secret-like name
 _MAX_PSEUDONYMS = 10_000  # per kind; beyond it, the unnumbered <kind> (bounded memory)
 _MIN_LEARNED = 8  # a secret shorter than this is hidden where it is found, not hunted elsewhere
+_MEMO_ENTRIES = 1 << 16  # `Redactor.text` results remembered (a fleet report repeats "GPU 3" 1,000 times)
+_MEMO_LENGTH = 1024  # longer strings (log text) are rarely repeated: not remembered
 # Kinds whose values, once found by their context, are hidden wherever else they appear verbatim.
 _LEARNED_KINDS = frozenset({"secret", "machine-id", "serial"})
 
@@ -80,6 +82,7 @@ def _name_parts(name: str) -> list[str]:
     return [p.lower() for p in _CAMEL.split(name) if p]
 
 
+@functools.lru_cache(maxsize=4096)  # a report asks about the same few hundred keys again and again
 def is_secret_name(name: str) -> bool:
     """Whether a key, variable or flag name says its value is a secret: HF_TOKEN, WANDB_API_KEY,
     api-key, clientSecret, DB_PASSWORD, MYSQL_PWD; not TOKENIZERS_PARALLELISM, max_tokens, key,
@@ -101,9 +104,11 @@ _HOST_KEYS = frozenset({
     "hostname", "host", "hostnames", "hosts", "nodename", "nodelist", "masteraddr", "masterhost",
     "masteraddress", "rdzvendpoint", "submithost", "server", "servername", "peer", "remotehost",
     "launchnodeipaddr", "nodeipaddr", "node",
+    "commid",  # NCCL_COMM_ID: NCCL's bootstrap address, <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port>
 })
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_host_name(name: str) -> bool:
     parts = _name_parts(name)
     if not parts:
@@ -179,13 +184,13 @@ _KV_ANCHOR = re.compile(
     r"|authorization|auth)(?=['\"]?\]?[ \t]{0,4}(?::=|=>|[:=]))"
 )
 _HOST_ANCHOR = re.compile(
-    r"(?i)(?:hostnames?|host|hosts|nodename|node_?list|node|addr|address|endpoint|server|peer|server_?name)"
+    r"(?i)(?:hostnames?|host|hosts|nodename|node_?list|node|addr|address|endpoint|server|peer|server_?name|comm_?id)"
     r"(?=['\"]?\]?[ \t]{0,4}(?::=|[:=]))"
 )
 _KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_.-]{16,4096}")
 _KV_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "cookie", "session", "auth")
 _LOOSE_WORDS = ("token", "key", "secret", "passw", "credential")
-_HOST_WORDS = ("host", "node", "addr", "endpoint", "server", "peer")
+_HOST_WORDS = ("host", "node", "addr", "endpoint", "server", "peer", "comm_id", "commid")
 _INTERNAL_SUFFIXES = (".internal", ".local", ".lan", ".corp", ".intranet", ".localdomain", ".cluster", ".home.arpa")
 _SEP = re.compile(r"['\"]?\]?[ \t]{0,4}(?::=|=>|[:=])[ \t]{0,4}")
 _FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][A-Za-z0-9_-]{0,63})(=|[ \t]{1,4})")
@@ -249,6 +254,7 @@ _UUID = re.compile(
 )
 _MAC = re.compile(r"(?<![0-9A-Fa-f:.-])[0-9A-Fa-f]{2}([:-])(?:[0-9A-Fa-f]{2}\1){4,18}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:.-])")
 _IPV6 = re.compile(r"(?<![\w:.])(?=[0-9A-Fa-f:.]{0,45}:[0-9A-Fa-f.]{0,45}:)[0-9A-Fa-f:.]{2,45}(?![\w:])")
+_IPV6_RUN = re.compile(r"[0-9A-Fa-f:.]{2,45}(?![0-9A-Za-z:])")
 _IPV4 = re.compile(r"(?<![\w.-])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d|[\w-])")
 _VERSION_WORDS = frozenset({"version", "ver", "v"})
 _VERSION_LIBS = re.compile(
@@ -497,6 +503,9 @@ class Redactor:
         self._learned = 0
         self._labels: set[str] = set()  # alias labels ("node-0"): never taken for a host again
         self._user_res: list[tuple[str, re.Pattern[str]]] = []
+        # text() results, forgotten whenever what the redactor knows changes (alias, a learned
+        # secret, a user name): the same string then gets the same answer, at dictionary speed.
+        self._memo: dict[tuple[str, bool], str] = {}
 
         users = [user if user is not None else _user()]
         if environ is not os.environ or user is None:
@@ -510,6 +519,10 @@ class Redactor:
         for name in (host, environ.get("HOSTNAME", ""), environ.get("SLURMD_NODENAME", "")):
             if name and name.lower() not in _GENERIC_NAMES:
                 self.alias("host", name, "<host>")
+            elif name:
+                # A generic name ("vm") is not hunted in text, where it would mangle words, but
+                # where a report says it is a host name (a `hostname` key) it is this machine.
+                self._names.set("host", name.lower(), "<host>")
         master = environ.get("MASTER_ADDR", "")
         if master and not _is_ip(master) and master.lower() not in _GENERIC_NAMES:
             self._host_label(master)
@@ -542,6 +555,7 @@ class Redactor:
             if len(v) >= 3:
                 self._literals[v] = (kind, label)
         self._literal_re = None
+        self._memo.clear()
         return label
 
     def learn_secret(self, value: str) -> None:
@@ -552,6 +566,7 @@ class Redactor:
         if value not in self._secrets and len(self._secrets) < 1000:
             self._secrets.add(value)
             self._secret_re = None
+            self._memo.clear()
 
     def pseudonym(self, kind: str, value: str) -> str:
         """The placeholder of `value` of `kind` (secret, host, ip, mac, user, email, uuid, serial,
@@ -604,6 +619,7 @@ class Redactor:
         if len(name) < 3 or name.lower() in _GENERIC_NAMES or name in self._users or not re.fullmatch(r"[\w.@-]{3,64}", name):
             return
         self._users.append(name)
+        self._memo.clear()
         self._names.set("user", name, "<user>")
         e = re.escape(name)
         # As a path component always; as a word anywhere when it cannot be an ordinary word.
@@ -618,6 +634,10 @@ class Redactor:
         under a version key) keeps dotted quads, which are versions there, not addresses."""
         if not value:
             return value
+        memo_key = (value, versions)
+        known = self._memo.get(memo_key)
+        if known is not None:
+            return known
         s = self._home(value)
         # Each pass runs only when its keywords occur: a plain log line costs a few substring
         # searches, not thirty regex scans. `low` may hold words the passes have since removed
@@ -631,6 +651,10 @@ class Redactor:
         s = self._machines(s, low, versions=versions)
         if self._learn_found():
             s = self._known(s)  # the same values where they appeared without their context
+        if len(value) <= _MEMO_LENGTH:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[memo_key] = s
         return s
 
     def _learn_found(self) -> bool:
@@ -693,7 +717,9 @@ class Redactor:
         if self._literals and (len(self._literals) > 64 or any(v in s for v in self._literals)):
             if self._literal_re is None:
                 alts = "|".join(re.escape(v) for v in sorted(self._literals, key=len, reverse=True))
-                self._literal_re = re.compile(rf"(?<![A-Za-z0-9_-])(?:{alts})(?![A-Za-z0-9_-])")
+                # Whole names between non-alphanumerics: "-" and "_" join a host name to other
+                # words in file names (srun's scan-%N.json, run_gpu07_log), so they end one here.
+                self._literal_re = re.compile(rf"(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")
             s = self._literal_re.sub(lambda m: self._literals[m.group()][1], s)
         for name, pattern in self._user_res:
             if name in s:
@@ -811,6 +837,10 @@ class Redactor:
     def _host_value(self, text: str, i: int, *, nodelist: bool = False, prose: bool = False) -> tuple[int, int, str] | None:
         if i < len(text) and text[i] in "'\"[(":
             i += 1
+        v6 = _IPV6_RUN.match(text, i)
+        if v6 and ":" in v6.group() and isinstance(_is_ip(v6.group()), ipaddress.IPv6Address):
+            # [fe80::1%eth0]:29500 (NCCL_COMM_ID, MASTER_ADDR): an address, not a host "fe80"
+            return (v6.start(), v6.end(), self._ip_label(_is_ip(v6.group()), v6.group()))  # type: ignore[arg-type]
         m = (_NODELIST if nodelist else _HOSTNAME).match(text, i)
         if not m:
             return None
@@ -933,16 +963,44 @@ class Redactor:
                 return self._mask_leaves(value)
             return self.pseudonym("secret", str(value))
         kind = IDENTITY_KEYS.get(key.lower()) if key is not None else None
+        if kind == "host" and isinstance(value, (dict, list, tuple)):
+            return self._host_leaves(value, key)  # {"hostname": {"name": ..., "node_list": ...}}
         if kind is not None and isinstance(value, str) and value.strip():
             if kind == "uuid" and _UUID.search(value):
                 return self.text(value)  # GPU-<uuid-1>, the same as in the text around it
+            if kind == "host":
+                return self._host_string(value, key)  # type: ignore[arg-type]
             return self.pseudonym(kind, value)
+        if key is not None and isinstance(value, str) and value.strip() and _is_host_name(key):
+            return self._host_string(value, key)  # MASTER_ADDR, NCCL_COMM_ID, master_addr, node_list
         if isinstance(value, str):
             return self.text(value, versions=key is not None and "version" in key.lower())
         if isinstance(value, dict):
             return {self.text(str(k)): self.value(v, str(k)) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
+        return value
+
+    def _host_string(self, value: str, key: str) -> str:
+        """A string that a key says is a host (or a host list, an address with a port): this
+        machine is `<host>` even under a generic name, a known node its alias, other names and
+        addresses their placeholders; a generic word (localhost) and loopback stay."""
+        name = value.strip()
+        found = self._names.labels.get(("host", name.lower().rstrip(".")))
+        if found is not None or name in self._labels:
+            return found or name
+        hit = self._host_value(value, 0, nodelist="list" in key.lower())
+        if hit is not None:
+            value = value[:hit[0]] + hit[2] + value[hit[1]:]
+        return self.text(value)
+
+    def _host_leaves(self, value: Any, key: str) -> Any:
+        if isinstance(value, dict):
+            return {self.text(str(k)): self._host_leaves(v, str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._host_leaves(v, key) for v in value]
+        if isinstance(value, str) and value.strip():
+            return self._host_string(value, key)
         return value
 
     def _mask_leaves(self, value: Any) -> Any:
@@ -966,11 +1024,13 @@ class Redactor:
 
     def report(self, data: dict[str, Any]) -> dict[str, Any]:
         """A redacted deep copy of a report dict; see `redact_report`."""
-        out = copy.deepcopy(data)
+        # `value` builds new containers and never changes its input: only the environment,
+        # whose variables are filtered, needs copies (no deep copy of a 1,000-node fleet report).
+        out = dict(data)
         env = out.get("environment")
         if isinstance(env, dict) and isinstance(env.get("env_vars"), dict):
             # Filter by the allow-list first: a report built elsewhere may carry more variables.
-            env["env_vars"] = {k: v for k, v in env["env_vars"].items() if allowed_env_name(k)}
+            out["environment"] = {**env, "env_vars": {k: v for k, v in env["env_vars"].items() if allowed_env_name(k)}}
         self.learn(data)
         self._learn_found()
         learned = self._learned

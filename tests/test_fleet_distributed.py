@@ -220,3 +220,26 @@ def test_scan_distributed_outside_torchrun_is_a_usage_error(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(app, ["scan", "--distributed", "--device", "cpu"])
     assert result.exit_code == 2 and "torchrun" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_scan_stopped_by_torchrun_is_a_termination_not_a_failed_scan():
+    # The runner turns SIGTERM during the scan into ScanInterrupted (after killing its workers);
+    # under --distributed that is torchrun tearing the job down: the rank publishes "terminated".
+    import types
+
+    from gpudoctor import runner
+    from gpudoctor.fleet import distributed
+
+    def interrupted(options, progress=None):
+        raise runner.ScanInterrupted(15)
+
+    def broken(options, progress=None):
+        raise runner.ScanError("cannot start the worker")
+
+    ctx = DistContext.from_env(TORCHRUN)
+    fake = types.SimpleNamespace(ScanInterrupted=runner.ScanInterrupted, run_scan=interrupted)
+    with pytest.raises(distributed._Terminated, match="SIGTERM"):
+        distributed._scan(runner.ScanOptions(device="cpu"), "cpu", ctx, None, fake)
+    fake.run_scan = broken
+    out = distributed._scan(runner.ScanOptions(device="cpu"), "cpu", ctx, None, fake)
+    assert out["scan_error"] == "ScanError: cannot start the worker"

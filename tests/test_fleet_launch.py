@@ -6,7 +6,7 @@ import json
 
 from gpudoctor import environment
 from gpudoctor.fleet.launch import launcher_info, nccl_env, nccl_plugins, network_ports, node_environment
-from gpudoctor.reports.redact import redact_report
+from gpudoctor.reports.redact import Redactor, redact_report
 
 SLURM = {
     "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2",
@@ -61,14 +61,34 @@ def test_network_ports(tmp_path):
     assert network_ports(str(tmp_path / "absent"))["ports"] == []
 
 
-def test_a_redacted_report_keeps_the_node_index_but_no_host_name(monkeypatch):
-    section = node_environment({**SLURM, **TORCHRUN})
+def test_a_redacted_report_keeps_the_node_index_but_no_host_name():
+    env = {**SLURM, **TORCHRUN, "NCCL_COMM_ID": "gpu01:29501", "NCCL_SOCKET_IFNAME": "=eth0"}
+    section = node_environment(env)
+    section["launcher"]["hostname"]["name"] = "gpu03.cluster"
     report = {"schema_version": "1.0", "redacted": False, "environment": {"fleet": section}, "results": []}
-    text = json.dumps(redact_report(report))
-    for name in ("gpu01", "gpu03", "gpu[01-04]"):
+    redactor = Redactor(home="/home/alice", user="alice", host="gpu03.cluster", environ=env)
+    text = json.dumps(redact_report(report, redactor))
+    for name in ("gpu01", "gpu03", "gpu[01-04]", "cluster"):
         assert name not in text
-    launcher = json.loads(text)["environment"]["fleet"]["launcher"]
-    assert launcher["node_index"] == 2 and launcher["rank"] == 5 and "hostname" not in launcher
+    fleet = json.loads(text)["environment"]["fleet"]
+    launcher = fleet["launcher"]
+    assert launcher["node_index"] == 2 and launcher["rank"] == 5
+    # This node is <host> wherever it is named; the others get their own placeholders.
+    assert launcher["hostname"]["name"] == launcher["hostname"]["slurm_node_name"] == "<host>"
+    assert launcher["hostname"]["node_list"].startswith("<host-")
+    master = launcher["hostname"]["master_addr"]
+    assert master.startswith("<host-") and fleet["nccl"]["env"]["NCCL_COMM_ID"] == f"{master}:29501"
+    assert fleet["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+def test_a_generic_host_name_is_still_this_machine_under_a_hostname_key():
+    # "vm" is too common a word to hunt in text, but a `hostname` section names a host.
+    section = node_environment({})
+    section["launcher"]["hostname"]["name"] = "vm"
+    report = {"environment": {"fleet": section, "system": {"note": "a vm image"}}, "results": []}
+    out = redact_report(report, Redactor(home="/home/alice", user="alice", host="vm", environ={}))
+    assert out["environment"]["fleet"]["launcher"]["hostname"]["name"] == "<host>"
+    assert out["environment"]["system"]["note"] == "a vm image"
 
 
 class FakeNvml:

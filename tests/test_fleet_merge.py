@@ -290,6 +290,24 @@ def test_the_fast_path_reads_what_a_full_parse_reads():
     assert a["findings"] == b["findings"] and a["stragglers"] == b["stragglers"]
 
 
+def test_the_fast_path_applies_to_what_scan_writes_today():
+    """The skim is keyed to render_json's layout; if the scan's JSON changes shape, the merge must
+    still read the same (it falls back to a full parse) and this test says the fast path is lost."""
+    from gpudoctor.reports.model import report_from_dict
+    from gpudoctor.reports.render import render_json
+
+    written = render_json(report_from_dict(fs.node_report(0, nodes=1, gpus=2))).encode()
+    skimmed = _skim(written)
+    assert skimmed is not None and len(skimmed) < len(written) / 2
+    full = json.loads(written)
+    fast = json.loads(skimmed)
+    assert [(r["probe"], r["device"], r["status"], r["summary"]) for r in fast["results"]] == \
+        [(r["probe"], r["device"], r["status"], r["summary"]) for r in full["results"]]
+    assert fast["environment"] == full["environment"]
+    gemm = [r["details"] for r in fast["results"] if r["probe"] == "matmul-sanity"]
+    assert gemm == [r["details"] for r in full["results"] if r["probe"] == "matmul-sanity"] and gemm[0]
+
+
 def test_untrusted_text_stays_text(tmp_path):
     hostile = "\x1b]52;c;ZXZpbA==\x07[bold red]pwn[/] <img src=x> | `code` \x1b[31mred"
     reports = [fs.node_report(i, nodes=2) for i in range(2)]
@@ -345,3 +363,45 @@ def test_cli_merge_usage_errors(tmp_path):
     assert result.exit_code == 2 and "is a directory" in result.stderr
     result = runner.invoke(app, ["merge", *good, "--straggler-fraction", "2"])
     assert result.exit_code == 2
+
+
+def test_merge_follows_the_shared_output_convention(tmp_path):
+    """The same rules as scan (gpudoctor.cli's plan_outputs / emit / write_file)."""
+    reports = fs.write(tmp_path, [fs.node_report(i, nodes=2) for i in range(2)])
+    # A .json or .md path picks the format when --format is not given; nothing then on stdout.
+    result = runner.invoke(app, ["merge", *reports, "-o", str(tmp_path / "fleet.json")])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert json.loads((tmp_path / "fleet.json").read_text())["kind"] == "gpudoctor-fleet-report"
+    assert result.stderr.startswith("gpudoctor: healthy")  # the verdict, since stdout had nothing
+    result = runner.invoke(app, ["merge", *reports, "-o", str(tmp_path / "fleet.md")])
+    assert (tmp_path / "fleet.md").read_text().startswith("## gpudoctor fleet report")
+    # A link to a file is refused before any work, and its target is untouched.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "link.json"
+    link.symlink_to(victim)
+    result = runner.invoke(app, ["merge", *reports, "-o", str(link)])
+    assert result.exit_code == 2 and "is a symbolic link" in result.stderr and victim.read_text() == "precious"
+    result = runner.invoke(app, ["merge", *reports, "-o", "/proc/self/comm"])
+    assert result.exit_code == 2 and "kernel interface" in result.stderr
+    # Written whole: an existing report is replaced, keeping its mode.
+    out = tmp_path / "old.json"
+    out.write_text("old")
+    out.chmod(0o640)
+    assert runner.invoke(app, ["merge", *reports, "--format", "json", "-o", str(out)]).exit_code == 0
+    assert json.loads(out.read_text())["findings"] == [] and (out.stat().st_mode & 0o777) == 0o640
+
+
+def test_merge_into_a_closed_pipe_exits_141_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    reports = fs.write(tmp_path, [fs.node_report(i, nodes=2) for i in range(2)])
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gpudoctor", "merge", *reports], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and proc.stderr == "", proc.stderr

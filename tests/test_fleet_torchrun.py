@@ -45,7 +45,7 @@ REAL = ["--probe", "contiguity"]
 LIGHT = ["--probe-file", FAKE_PROBE, "--probe", "fake-ok"]
 
 
-def torchrun(tmp_path, *, faults=None, nnodes=1, nproc=4, name="fleet", probes=LIGHT):
+def torchrun(tmp_path, *, faults=None, nnodes=1, nproc=4, name="fleet", probes=LIGHT, device=("--device", "cpu")):
     """Run the distributed scan (every node's torchrun at once); returns rank 0's fleet report,
     the torchruns' exit codes and their output."""
     port = free_port()
@@ -55,7 +55,7 @@ def torchrun(tmp_path, *, faults=None, nnodes=1, nproc=4, name="fleet", probes=L
     for node in range(nnodes):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(node),
                "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
-               "-m", "gpudoctor", "scan", "--distributed", "--device", "cpu", *probes, "--json", str(out)]
+               "-m", "gpudoctor", "scan", "--distributed", *device, *probes, "--json", str(out)]
         log = open(tmp_path / f"{name}-node{node}.log", "w")
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
     done = []
@@ -106,11 +106,14 @@ def test_four_ranks_a_slow_rank_and_a_different_torch(tmp_path):
 
 
 def test_a_rank_that_hangs_in_a_collective(tmp_path):
-    data, codes, logs = torchrun(tmp_path, faults={"GPUDOCTOR_FAULT_HANG": "3"})
+    # --device left out: the default, auto, is the CPU on this machine (no GPU), and gloo.
+    data, codes, logs = torchrun(tmp_path, faults={"GPUDOCTOR_FAULT_HANG": "3"}, device=())
     found = kinds(data)
     [failed] = found["collective-failed"]
     assert [(c["rank"], c["value"]) for c in failed["culprits"]] == [(3, "hung")]
     assert data["summary"]["ranks"] == 4  # every rank still reported
+    assert data["collectives"]["backend"] == "gloo"
+    assert [n["counts"] for n in data["nodes"]] == [{"pass": 4}]  # fake-ok ran on every rank
 
 
 def test_two_nodes_and_a_rank_that_crashes(tmp_path):

@@ -1,18 +1,24 @@
 """The fleet commands' CLI side: `gpudoctor merge` (registered by gpudoctor.cli) and the output
-half of `gpudoctor scan --distributed`.
+half of `gpudoctor scan --distributed` and `scan --ray`.
 
-Like every command: `--format text|json|md`, `-o/--output PATH` (`-` = standard output, the
-default), `-q/--quiet`, `-v/--verbose`; exit 0 when the fleet is healthy (warnings alone count as
-healthy), 1 when there are error-level findings, 2 for usage or input errors and when gpudoctor
-itself cannot run, always with one line on stderr and no traceback. This module imports neither
-torch nor rich at import time.
+Their outputs follow the shared convention of gpudoctor.cli, through its own helpers
+(`plan_outputs`, `emit`, `write_file`, `Format`): `--format text|json|md` (inferred from the `-o`
+file's suffix when not given), `-o/--output PATH` (`-` = standard output, the default), checked
+before any work (no directories, no symbolic links to files, no /proc), written whole or not at all;
+`-q/--quiet` prints only the verdict, `-v/--verbose` every place a finding applies. Exit 0 when the
+fleet is healthy (warnings alone count as healthy), 1 when there are error-level findings, 2 for
+usage or input errors and when gpudoctor itself cannot run, always with one line on stderr and no
+traceback.
+
+gpudoctor.cli imports this module while it loads (to register `merge`), so this module imports
+gpudoctor.cli only inside the functions that run a command, when cli is whole: no import cycle.
+Nothing here imports torch or rich at import time.
 """
 from __future__ import annotations
 
 import enum
-import os
 import sys
-from typing import Any, List, NoReturn
+from typing import Any, List, NoReturn, Optional, Sequence
 
 import typer
 
@@ -20,95 +26,51 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 class FleetFormat(str, enum.Enum):
+    """The values of gpudoctor.cli.Format, for typer's option parsing at import time (this module
+    cannot import cli then); converted to cli.Format before any output is planned."""
+
     text = "text"
     json = "json"
     md = "md"
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    sys.stderr.write(f"gpudoctor: {message}\n")
+    from gpudoctor.safetext import visible
+
+    sys.stderr.write(f"gpudoctor: {visible(message, 1000)}\n")
     raise typer.Exit(code)
 
 
-def check_output(path: str | None) -> None:
-    """Refuse an unusable output path before any work is done."""
-    if path is None or path == "-":
-        return
-    if not path:
-        fail("-o: empty path")
-    if os.path.isdir(path):
-        fail(f"-o {path}: is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        fail(f"-o {path}: no such directory {parent}")
-
-
-def write_output(path: str, text: str) -> None:
-    """Standard output for "-"; otherwise a temporary file renamed over PATH, so a reader never
-    sees half a report. A symlink at PATH is replaced, never written through; a device or FIFO
-    (/dev/null, a pipe) is written as it is."""
-    import tempfile
-
-    if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    if os.path.exists(path) and not os.path.islink(path) and not os.path.isfile(path):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-", dir=folder)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def emit(data: dict[str, Any], fmt: str, output: str, quiet: bool = False, verbose: bool = False) -> int:
-    """Render the fleet report `data` as `fmt` to `output`; returns the exit code."""
+def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False, verbose: bool = False) -> int:
+    """Write the fleet report `data` to every planned output (`gpudoctor.cli.Output`), as scan
+    writes its report; returns the exit code. When nothing went to standard output and not
+    quiet, the verdict is one line on stderr (merge has no progress to show otherwise)."""
+    from gpudoctor import cli
     from gpudoctor.fleet import render
 
-    try:
-        if fmt == "text" and output == "-":
-            from rich.console import Console
+    def finished(text: str) -> Any:
+        return lambda console: console.file.write(text)
 
-            if quiet:
-                sys.stdout.write(render.visible(data.get("verdict", ""), 400) + "\n")
-            else:
-                render.render_terminal(data, Console(highlight=False), verbose=verbose)
-        elif fmt == "text":
-            from io import StringIO
-
-            from rich.console import Console
-
-            buffer = StringIO()
-            render.render_terminal(data, Console(file=buffer, width=120, color_system=None, highlight=False), verbose=verbose)
-            write_output(output, buffer.getvalue())
-        elif fmt == "json":
-            write_output(output, render.render_json(data))
+    for out in outputs:
+        if out.fmt is cli.Format.json:
+            cli.emit(out, finished(render.render_json(data)))
+        elif out.fmt is cli.Format.md:
+            cli.emit(out, finished(render.render_markdown(data, verbose=verbose)))
+        elif quiet:
+            cli.emit(out, finished(render.visible(data.get("verdict", ""), 400) + "\n"))
         else:
-            write_output(output, render.render_markdown(data, verbose=verbose))
-    except BrokenPipeError:
-        # `gpudoctor merge ... | head`: the reader left; that is not an error of ours.
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
-    if output != "-" and not quiet:
+            cli.emit(out, lambda console: render.render_terminal(data, console, verbose=verbose))
+    if not quiet and not any(o.to_stdout for o in outputs):
         sys.stderr.write(f"gpudoctor: {render.visible(data.get('verdict', ''), 400)}\n")
     return EXIT_FINDINGS if render.has_problems(data) else EXIT_OK
+
+
+def _planned(outputs: Sequence[tuple[str, str]]) -> list[Any]:
+    """scan's already planned and checked outputs, as (format, path) pairs -> cli.Output."""
+    from gpudoctor import cli
+
+    return [cli.Output(cli.Format(fmt), path, "-o") for fmt, path in outputs if path] \
+        or [cli.Output(cli.Format.text, "-", "--format")]
 
 
 def merge(
@@ -116,10 +78,10 @@ def merge(
         ..., metavar="REPORT.json...",
         help="Node or rank reports from `gpudoctor scan --format json`: files, folders of *.json, - for stdin.",
     ),
-    fmt: FleetFormat = typer.Option(FleetFormat.text, "--format", help="text (people), json, or md (a ticket)."),
-    output: str = typer.Option("-", "-o", "--output", help="Write the report here (- = standard output)."),
-    quiet: bool = typer.Option(False, "-q", "--quiet", help="Only the verdict line (text format)."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="List every place a finding applies."),
+    fmt: Optional[FleetFormat] = typer.Option(None, "--format", help="Output format: text (for people), json, or md (Markdown)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the output to PATH (- for standard output, the default)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict line."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every place a finding applies."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Real host names instead of node-0, node-1, ..."),
     straggler_fraction: float = typer.Option(
         0.10, "--straggler-fraction", min=0.0, max=1.0,
@@ -131,18 +93,17 @@ def merge(
     ),
 ) -> None:
     """Merge per-node scan reports into one fleet report: missing nodes, drift, stragglers."""
+    from gpudoctor import cli
     from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files
 
-    check_output(output)
+    outputs = cli.plan_outputs(cli.Format(fmt.value) if fmt is not None else None, output, [])
     options = MergeOptions(straggler_fraction=straggler_fraction, expect_fraction=expect_fraction,
                            redact=not no_redact)
     try:
         data = merge_files(reports, options)
     except MergeInputError as exc:
-        from gpudoctor.safetext import visible
-
-        fail(visible(str(exc), 400))
-    raise typer.Exit(emit(data, fmt.value, output, quiet=quiet, verbose=verbose))
+        fail(str(exc))
+    raise typer.Exit(emit_fleet(data, outputs, quiet=quiet, verbose=verbose))
 
 
 class _Progress:
@@ -150,15 +111,17 @@ class _Progress:
 
     def __call__(self, event: Any) -> None:
         if getattr(event, "kind", None) == "result" and event.result is not None:
-            where = f" on {event.result.device}" if event.result.device else ""
-            sys.stderr.write(f"gpudoctor: [{event.index}/{event.total}] {event.probe}{where}: "
+            from gpudoctor.safetext import visible
+
+            where = f" on {visible(event.result.device, 100)}" if event.result.device else ""
+            sys.stderr.write(f"gpudoctor: [{event.index}/{event.total}] {visible(event.probe, 100)}{where}: "
                              f"{event.result.status.value} ({event.result.duration_s:.2f}s)\n")
 
 
-def scan_distributed(options: Any, outputs: list[tuple[str, str | None]], quiet: bool = False) -> int:
+def scan_distributed(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
     """`gpudoctor scan --distributed`: run this rank's part; rank 0 writes the fleet report to
-    every (format, path) in `outputs` that has a path, or as text to standard output when none
-    does. Every other rank exits 0 whatever happened to it: its story is in rank 0's report."""
+    scan's planned outputs, (format, path) pairs. Every other rank exits 0 whatever happened to
+    it: its story is in rank 0's report."""
     from gpudoctor.fleet.distributed import DistributedError, run_distributed
     from gpudoctor.runner import ScanError
 
@@ -174,14 +137,10 @@ def scan_distributed(options: Any, outputs: list[tuple[str, str | None]], quiet:
         if outcome.error:
             sys.stderr.write(f"gpudoctor: rank {outcome.rank}: {outcome.error}\n")
         return EXIT_OK
-    wanted = [(fmt, path) for fmt, path in outputs if path]
-    code = EXIT_OK
-    for fmt, path in wanted or [("text", "-")]:
-        code = emit(outcome.fleet, fmt, path, quiet=quiet)
-    return code
+    return emit_fleet(outcome.fleet, _planned(outputs), quiet=quiet)
 
 
-def scan_ray(options: Any, outputs: list[tuple[str, str | None]], quiet: bool = False) -> int:
+def scan_ray(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
     """`gpudoctor scan --ray`: one scan per Ray node, one fleet report (gpudoctor.fleet.rayscan)."""
     from gpudoctor.fleet.distributed import DistributedError
     from gpudoctor.fleet.rayscan import scan_cluster
@@ -194,10 +153,7 @@ def scan_ray(options: Any, outputs: list[tuple[str, str | None]], quiet: bool = 
         data = scan_cluster(options, say=say)
     except DistributedError as exc:
         fail(str(exc))
-    code = EXIT_OK
-    for fmt, path in [(f, p) for f, p in outputs if p] or [("text", "-")]:
-        code = emit(data, fmt, path, quiet=quiet)
-    return code
+    return emit_fleet(data, _planned(outputs), quiet=quiet)
 
 
 def register(app: typer.Typer) -> None:

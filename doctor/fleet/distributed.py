@@ -454,6 +454,10 @@ def _scan(options: Any, device: str, ctx: DistContext, progress: Any, runner: An
         if fake and isinstance(env.get("torch"), dict):
             env["torch"]["version"] = fake
         out["report"] = data
+    except runner.ScanInterrupted as exc:
+        # The runner holds SIGTERM/SIGHUP while it scans (it kills its workers first): torchrun
+        # tearing the job down is this rank's termination, not a failed scan.
+        raise _Terminated(exc.signal_name) from None
     except Exception as exc:  # a scan that cannot run is this rank's result, not the job's end
         out["scan_error"] = f"{type(exc).__name__}: {exc}"
     out["scan_s"] = time.monotonic() - started

@@ -9,9 +9,13 @@ torch, next to the NVML section):
   `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_WORLD_SIZE`, `TORCHELASTIC_RUN_ID`) set. torchrun's
   numbers win for ranks when both are present (`srun torchrun ...`); Slurm's win for the job and
   the node list. Every host name (this node's, Slurm's node list, `MASTER_ADDR`) sits under the
-  single key `launcher.hostname`, which redaction drops whole (reports/redact.py drops keys named
-  `hostname`): a redacted report keeps the node's index, never its name.
-- `nccl`: every `NCCL_*` and `TORCH_NCCL_*` variable (secret-looking names masked) and the NCCL
+  single key `launcher.hostname`, whose every value redaction treats as a host name
+  (reports/redact.py): a redacted report says `<host>` for this node and `<host-N>` or `<ip-N>`
+  for the others, and keeps the node's index (Slurm's node id, torchrun's group rank), which is
+  how `gpudoctor merge` tells redacted reports apart. Real names are in a report only with
+  `--no-redact`; the merge then replaces them by `node-N` itself (unless `merge --no-redact`).
+- `nccl`: every `NCCL_*` and `TORCH_NCCL_*` variable (the values of secret-named ones are never
+  recorded: `reports.redact.is_secret_name`) and the NCCL
   plugin libraries (net, tuner, profiler, env) found where NCCL's dlopen would look.
 - `network`: InfiniBand / RoCE ports from /sys/class/infiniband (state, rate, link layer): what
   the inter-node links should give.
@@ -28,7 +32,6 @@ from typing import Any, Mapping
 
 # Prefixes of the variables that change NCCL's behaviour: compared across nodes by `merge`.
 NCCL_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCH_NCCL_")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _VALUE_MAX = 400
 
 # Where NCCL's dlopen() looks for plugins besides LD_LIBRARY_PATH: the system folders and the
@@ -129,11 +132,13 @@ def launcher_info(environ: Mapping[str, str] | None = None, hostname: str | None
 
 
 def nccl_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    from gpudoctor.reports.redact import MASK, is_secret_name
+
     env = os.environ if environ is None else environ
     out = {}
     for name in sorted(env):
         if name.startswith(NCCL_ENV_PREFIXES):
-            out[name] = "<redacted>" if _SECRET_NAME.search(name) else env[name][:_VALUE_MAX]
+            out[name] = MASK if is_secret_name(name) else env[name][:_VALUE_MAX]
     return out
 
 

@@ -45,7 +45,7 @@ from gpudoctor.fleet.model import (
     ERROR, FLEET_KIND, WARNING, Culprit, FleetFinding, FleetReport, KINDS, NodeSummary,
 )
 
-MAX_REPORT_BYTES = 64 << 20  # a node report is ~50 KB; anything this big is not one
+MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
 TEXT_LIMIT = 300  # characters of an untrusted value kept in a finding
 LIST_IN_SUMMARY = 4  # places named in a one-line summary before "+N more"
 
@@ -253,13 +253,29 @@ def _members_of(chunk: list[str]) -> list[tuple[str, "Member | None", str | None
 PARALLEL_FROM = 64
 
 
+def _idle_cores(limit: int = 16) -> int:
+    """Processes worth starting: the cores this process may use that the load average leaves idle.
+    On a busy machine a pool only adds its own cost (workers fight for the same cores and every
+    extracted report is pickled back), so a loaded 2-core box reads in one process."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        busy = 0.0
+    return max(1, min(limit, cores, math.ceil(cores - busy)))
+
+
 def load_members(inputs: Sequence[str], jobs: int | None = None) -> tuple[list["Member"], list[Loaded]]:
-    """Read and extract every input, in parallel (fork) when there are many files and cores:
-    parsing ~300 KB of JSON per node is most of a 1,000-node merge. Order is kept."""
+    """Read and extract every input, in parallel (fork) when there are many files and idle cores
+    (`_idle_cores`; GPUDOCTOR_MERGE_JOBS=N overrides): reading and parsing ~330 KB of JSON per
+    node is most of a 1,000-node merge. Order is kept."""
     files = _paths(inputs)
     if jobs is None:
         env = os.environ.get("GPUDOCTOR_MERGE_JOBS", "")
-        jobs = int(env) if env.isdigit() and int(env) > 0 else min(os.cpu_count() or 1, 16)
+        jobs = int(env) if env.isdigit() and int(env) > 0 else _idle_cores()
     batches: list[list[tuple[str, Member | None, str | None]]]
     if jobs > 1 and len(files) >= PARALLEL_FROM and "-" not in files and hasattr(os, "fork"):
         import concurrent.futures
@@ -414,15 +430,26 @@ def _versions(env: dict[str, Any]) -> dict[str, str]:
 
 
 def _nccl_env(env: dict[str, Any]) -> dict[str, str]:
-    from gpudoctor.reports.redact import MASK, SECRET_NAME_RE
+    """The node's NCCL variables; a secret-named one (NCCL_..._TOKEN) is compared as present, never
+    by value (its value must not reach a finding)."""
+    from gpudoctor.reports.redact import MASK, is_secret_name
 
     values = _get(env, "fleet", "nccl", "env")
     out: dict[str, str] = {}
     if isinstance(values, dict):
         for name, value in values.items():
             if isinstance(name, str) and name.startswith(("NCCL_", "TORCH_NCCL_")) and len(name) < 100:
-                out[name] = MASK if SECRET_NAME_RE.search(name) else (_text(value) or "")
+                out[name] = MASK if is_secret_name(name) else (_text(value) or "")
     return out
+
+
+def _host(value: Any) -> str | None:
+    """A real host name from a report, or None: a redacted report holds placeholders (`<host>`,
+    `<host-2>`, `<redacted>`), which name no node (every node's own name is `<host>` there)."""
+    text = _text(value, 4096)
+    if not text or not text.strip() or (text.startswith("<") and text.endswith(">")):
+        return None
+    return text
 
 
 def _gemm(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -452,13 +479,12 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
     launcher = _get(env, "fleet", "launcher")
     launcher = launcher if isinstance(launcher, dict) else {}
     names = launcher.get("hostname") if isinstance(launcher.get("hostname"), dict) else {}
-    hostname = _text(names.get("name"), 253)
     m = Member(
         label=label,
         position=position,
-        hostname=hostname,
-        slurm_name=_text(names.get("slurm_node_name"), 253),
-        node_list=_text(names.get("node_list"), 4096),
+        hostname=_host(names.get("name")),
+        slurm_name=_host(names.get("slurm_node_name")),
+        node_list=_host(names.get("node_list")),
         node_index=_int(launcher.get("node_index")),
         num_nodes=_int(launcher.get("num_nodes")),
         rank=_int(launcher.get("rank")),
@@ -1042,33 +1068,39 @@ def merge_members(
     return report, nodes
 
 
-def host_names(nodes: list[Node], members: list[Member]) -> dict[str, str]:
-    """Real host name -> pseudonym, for every name the inputs carry."""
-    names: dict[str, str] = {}
-    for node in nodes:
-        alias = f"node-{node.index}"
+def alias_nodes(redactor: Any, nodes: list[Node], members: list[Member], report: FleetReport) -> None:
+    """Teach `redactor` the fleet's node names: every real host name the inputs carry (full and
+    short, from the reports and Slurm's node list) becomes its node's `node-N` wherever it appears,
+    file names included, and every `node-N` the report uses stays as it is."""
+    for node_list in sorted({m.node_list for m in members if m.node_list}):
+        try:
+            for i, real in enumerate(nodelist.expand(node_list)):
+                redactor.alias("host", real, f"node-{i}")
+        except ValueError:
+            pass
+    for node in nodes:  # after the node list: a node's own report has the last word
         for m in node.members:
             for real in (m.hostname, m.slurm_name):
                 if real:
-                    names.setdefault(real, alias)
-    for node_list in {m.node_list for m in members if m.node_list}:
-        try:
-            for i, real in enumerate(nodelist.expand(node_list)):
-                names.setdefault(real, f"node-{i}")
-        except ValueError:
-            pass
-    return names
+                    redactor.alias("host", real, f"node-{node.index}")
+    labels = {n.name for n in report.nodes}
+    labels.update(c.node for f in report.findings for c in f.culprits if c.node)
+    for label in labels:
+        if label.startswith("node-") and label[5:].isdigit():
+            redactor.alias("host", label, label)  # never taken for an unknown host itself
 
 
 def finish(report: FleetReport, nodes: list[Node], members: list[Member], redact: bool) -> dict[str, Any]:
-    """The fleet report as a dict, redacted (host pseudonyms + the shared Redactor) unless asked not."""
-    from gpudoctor.fleet.pseudonym import HostPseudonyms, redact_fleet
-    from gpudoctor.reports.redact import Redactor
-
+    """The fleet report as a dict, redacted by one `Redactor` for the whole report (node names,
+    secrets, home folders, addresses; see `alias_nodes`) unless asked not to."""
     data = report.to_dict()
     if not redact:
         return data
-    return redact_fleet(data, HostPseudonyms(host_names(nodes, members)), Redactor())
+    from gpudoctor.reports.redact import Redactor
+
+    redactor = Redactor()
+    alias_nodes(redactor, nodes, members, report)
+    return redactor.report(data)
 
 
 def merge_loaded(members: list[Member], unreadable: Sequence[Loaded], options: MergeOptions) -> dict[str, Any]:

@@ -37,6 +37,8 @@ For debugging consider passing CUDA_LAUNCH_BLOCKING=1
 ENTRY = {
     "id": "misaligned-address",
     "title": "CUDA error: misaligned address",
+    "cause": "A kernel used a vector access on an address not aligned to its width.",
+    "quick_fix": "Call .contiguous() before the kernel and re-run with CUDA_LAUNCH_BLOCKING=1.",
     "applicability": "unsafe",
     "fix_safety": "A copy costs memory and time.",
     "probes": ["shape-sync", "contiguity"],
@@ -45,8 +47,9 @@ ENTRY = {
     "fix": ["Re-run with CUDA_LAUNCH_BLOCKING=1.", "Make the input contiguous: x = x.contiguous()."],
     "patch": "-y = kernel(x)\n+y = kernel(x.contiguous())",
     "patch_lang": "diff",
-    "references": [{"title": "CUDA C Programming Guide: alignment", "url": "https://docs.nvidia.com/cuda/"},
-                   {"title": "an unpublished note", "seed": "000_secret.txt"}],
+    "references": [{"title": "CUDA C Programming Guide: alignment", "url": "https://docs.nvidia.com/cuda/"}],
+    # Provenance for maintainers: a field that is never printed, in the ticket or anywhere else.
+    "origin": "an unpublished note, 000_secret.txt",
     "patterns": [{"name": "msg", "regex": "misaligned address", "keyword": "misaligned", "weight": 0.9}],
     "examples": [],
 }

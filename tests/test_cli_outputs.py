@@ -23,9 +23,18 @@ LINTED = ("import torch\n\n\ndef merge_heads(x, B, N, H, D):\n    y = x.view(B, 
           "    return y.view(B, H * N, D)\n")
 
 
+def _merge_has_its_own_output_code() -> bool:
+    import gpudoctor.fleet.command as fleet_command
+
+    return hasattr(fleet_command, "check_output") or hasattr(fleet_command, "write_output")
+
+
+# While doctor/fleet/command.py (ifleet) checks and writes -o with code of its own, merge cannot
+# follow the convention: no refusal of links, /dev/full or /proc, no closed-pipe 141. Once it uses
+# the shared helpers, the mark lifts itself and merge is held to every test here.
 _MERGE_OWN_CHECK = pytest.mark.xfail(
-    strict=True, reason="doctor/fleet/command.py (ifleet) still checks and writes -o itself, without "
-                        "gpudoctor.output: no refusal of links, /dev/full or /proc, no closed-pipe 141")
+    _merge_has_its_own_output_code(), strict=True,
+    reason="doctor/fleet/command.py still has its own check_output/write_output")
 
 # Each command as a user would run it, with what it needs to get as far as writing.
 COMMANDS = {

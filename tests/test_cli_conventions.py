@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import stat
 import subprocess
 import sys
@@ -303,14 +304,18 @@ def test_a_closed_pipe_exits_141_without_a_word(args):
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
-    assert all(line.startswith("[1/1]") or "importing torch" in line for line in proc.stderr.splitlines())
+    # Only progress lines ([0/1] is the torch-import check where the interpreter has no torch).
+    assert all(re.match(r"\[\d+/\d+\] ", line) or "importing torch" in line for line in proc.stderr.splitlines())
 
 
 def test_ascii_only_stdout_prints_with_replacement():
     env = dict(os.environ, PYTHONIOENCODING="ascii")
+    import importlib.util
+
+    torch_missing = importlib.util.find_spec("torch") is None  # then the scan's verdict is torch-import-failed
     for args in (["explain", "misaligned-address"], ["scan", *OK], ["list", "-v"]):
         proc = gpudoctor(*args, env=env)
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == (1 if torch_missing and args[0] == "scan" else 0), proc.stderr
         assert "Traceback" not in proc.stderr and "UnicodeEncodeError" not in proc.stderr
 
 

@@ -21,14 +21,26 @@ def run_once(cmd: Sequence[str], stdin_path: str | None = None, env: dict | None
     return wall, cpu, proc.returncode
 
 
-def compare(commands: dict[str, tuple[Sequence[str], str | None]], rounds: int, warmup: int = 2) -> dict[str, dict]:
-    """Median wall and CPU time per named command, measured interleaved."""
+def bytecode_env(cache_dir: str) -> dict:
+    """The environment of an installed tool: Python's bytecode cache on (in `cache_dir`, for every
+    command alike), even where PYTHONDONTWRITEBYTECODE is set for the shell. Without it our own
+    modules are compiled from source on every run while the libraries' wheels ship their .pyc,
+    which measures the compiler, not the start-up a user gets."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = cache_dir
+    return env
+
+
+def compare(commands: dict[str, tuple[Sequence[str], str | None]], rounds: int, warmup: int = 2,
+            env: dict | None = None) -> dict[str, dict]:
+    """Median wall and CPU time per named command, measured interleaved (all in `env`)."""
     walls: dict[str, list[float]] = {name: [] for name in commands}
     cpus: dict[str, list[float]] = {name: [] for name in commands}
     codes: dict[str, set[int]] = {name: set() for name in commands}
     for i in range(warmup + rounds):
         for name, (cmd, stdin_path) in commands.items():
-            wall, cpu, code = run_once(cmd, stdin_path)
+            wall, cpu, code = run_once(cmd, stdin_path, env)
             if i >= warmup:
                 walls[name].append(wall)
                 cpus[name].append(cpu)

@@ -1,24 +1,28 @@
 """The command line: parses options, calls one library function, picks a renderer, sets the exit
 code. Nothing else lives here. The CLI process never imports torch.
 
+Commands, in the order `gpudoctor --help` lists them: scan, explain, run, report, diff, lint,
+merge, list. `run`, `report` and `diff` live in gpudoctor.ticket_cli, `merge` in
+gpudoctor.fleet.command, lint's work in gpudoctor.lint.cli; they are registered at the end of this
+module.
+
 Conventions, the same for every command (README "Conventions"):
 
 - `--format text|json|md` picks the output, `-o/--output PATH` writes it to a file (`-`, the
   default, is standard output; a path ending in .json or .md picks that format when `--format` is
-  not given). Old spellings stay as hidden aliases: `scan --json PATH`, `scan --markdown PATH`,
-  `explain --json`, `list --json`, `list --markdown`.
-- `-q/--quiet` prints only the verdict (no progress); `-v/--verbose` adds the details.
+  not given). Outputs are checked before any work and written whole or not at all, never through
+  a symbolic link: one implementation, gpudoctor.output, for every command. Old spellings stay as
+  hidden aliases: `scan --json PATH`, `scan --markdown PATH`, `explain --json`, `list --json`,
+  `list --markdown`.
+- `-q/--quiet` prints only the verdict (no progress); `-v/--verbose` adds the details;
+  `--no-redact` keeps what is redacted by default.
 - `--version`; shell completion through typer (`--install-completion`, `--show-completion`).
 - Exit codes: 0 ok/healthy, 1 findings (a probe failed, crashed or timed out; a text matched
-  nothing known), 2 usage or input error or gpudoctor itself could not run. A usage error is one
-  line on stderr, never a traceback: click's errors are caught in `_Group.main`. A closed pipe
-  (`| head`) ends quietly with 141 (128 + SIGPIPE), as a shell reports for a tool killed by it.
-- Outputs are checked before a scan runs (`check_output`): an empty path, a directory, a missing
-  folder, /proc or /sys, /dev/full, a closed standard output, and a symbolic link are refused. Files
-  are written whole or not at all (`write_file`: a temporary file in the same folder, then a rename
-  that replaces the path itself, never a link's target); a FIFO or a terminal device is written
-  through. gpudoctor does not write through symbolic links: in a shared sticky directory (/tmp) a
-  planted link would otherwise redirect the report onto someone else's file.
+  nothing known), 2 usage or input error or gpudoctor itself could not run. A usage error or an
+  unusable output is one line on stderr, never a traceback: click's errors and
+  `gpudoctor.output.OutputError` are caught in `_Group.main`. A closed pipe (`| head`) ends
+  quietly with 141 (128 + SIGPIPE), as a shell reports for a tool killed by it. `run` exits with
+  its command's status.
 """
 from __future__ import annotations
 
@@ -27,12 +31,31 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, List, NoReturn, Optional
 
 import typer
 import typer.core
+
+# The output convention; the names are part of this module's interface too.
+from gpudoctor.output import (  # noqa: F401
+    FORMAT_HELP,
+    OUTPUT_HELP,
+    ClosedPipe,
+    Format,
+    Output,
+    OutputError,
+    check_output,
+    command_help,
+    emit,
+    emit_text,
+    format_option,
+    no_redact_option,
+    output_option,
+    plan_outputs,
+    quiet_option,
+    verbose_option,
+    write_file,
+)
 
 try:  # typer >= 0.20 vendors click as typer._click; older typers use click itself
     from typer._click import exceptions as _click_errors
@@ -48,15 +71,6 @@ EXIT_USAGE = 2
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended
 
 MAX_TIMEOUT_S = 86400.0  # a probe limit beyond a day is a typo, not a limit
-_TEXT_FILE_WIDTH = 100  # the terminal report written to a file
-
-
-class OutputError(Exception):
-    """An output could not be written (after the scan): one line, exit 2."""
-
-
-class _ClosedPipe(Exception):
-    """Standard output's reader went away (`gpudoctor list | head -1`)."""
 
 
 def _prepare_streams() -> None:
@@ -82,8 +96,12 @@ def _silence_stdout() -> None:
 
 
 def _say(message: str) -> None:
+    """One line of gpudoctor's own on stderr. Messages quote what the user typed (a path, a value):
+    shown through safetext, never as raw escape sequences."""
+    from gpudoctor.safetext import visible
+
     try:
-        sys.stderr.write(f"gpudoctor: {message}\n")
+        sys.stderr.write(f"gpudoctor: {visible(message, 2000)}\n")
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
@@ -105,7 +123,7 @@ class _Group(typer.core.TyperGroup):
             code = rv if isinstance(rv, int) else EXIT_OK
             if sys.stdout is not None:
                 sys.stdout.flush()
-        except (_ClosedPipe, BrokenPipeError):
+        except (ClosedPipe, BrokenPipeError):
             _silence_stdout()
             code = EXIT_CLOSED_PIPE
         except _NO_ARGS as exc:  # `gpudoctor` alone: the help, as click prints it, and exit 2
@@ -141,7 +159,7 @@ class _Group(typer.core.TyperGroup):
         try:
             return super().invoke(ctx)
         except BrokenPipeError as exc:
-            raise _ClosedPipe() from exc
+            raise ClosedPipe() from exc
 
 
 def _usage_line(exc: Any) -> str:
@@ -155,10 +173,21 @@ def _usage_line(exc: Any) -> str:
     return f"{message} (see `{command} --help`)"
 
 
+# Paragraphs are single lines: typer's help keeps line breaks and wraps at the terminal's width.
+_HELP = "\n\n".join([
+    "A diagnostic doctor for PyTorch on NVIDIA GPUs.",
+    "`scan` probes this machine, `explain` names a known failure from an error or an id, `run` turns a "
+    "failing command into a ticket, `report` and `diff` read saved reports, `lint` checks code before it "
+    "runs, `merge` combines a fleet's reports.",
+    "Every command takes --format text|json|md, -o PATH, -q and -v; what gpudoctor writes is redacted "
+    "unless --no-redact. Exit codes: 0 ok or healthy, 1 findings, 2 usage or input error (`run`: the "
+    "command's own).",
+])
+
 app = typer.Typer(
     name="gpudoctor",
     cls=_Group,
-    help="A diagnostic doctor for PyTorch on NVIDIA GPUs.",
+    help=_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -184,231 +213,7 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print gpudoctor's version and exit."),
 ) -> None:
-    """A diagnostic doctor for PyTorch on NVIDIA GPUs: `scan` probes this machine, `explain` names a
-    known failure from an id or a pasted error, `list` shows the knowledge base.
-
-    Exit codes: 0 ok or healthy, 1 findings, 2 usage or input error."""
-
-
-# --- the output convention -----------------------------------------------------------------------
-
-
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-
-
-_SUFFIX_FORMAT = {".json": Format.json, ".md": Format.md, ".markdown": Format.md}
-_DEV_FULL = (1, 7)  # Linux's /dev/full: major 1, minor 7
-
-
-@dataclass(frozen=True)
-class Output:
-    """One requested output: its format, where it goes ("-": standard output), and the option
-    that asked for it (for messages)."""
-
-    fmt: Format
-    path: str
-    option: str
-
-    @property
-    def to_stdout(self) -> bool:
-        return self.path == "-"
-
-
-def _is_dev_full(st: os.stat_result) -> bool:
-    import stat
-
-    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == _DEV_FULL
-
-
-def _check_stdout(option: str) -> None:
-    if sys.stdout is None:
-        _fail("standard output is closed; give a file with -o PATH")
-    try:
-        fd = sys.stdout.fileno()
-    except (OSError, ValueError, AttributeError):  # a captured stream (tests): nothing to check
-        return
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        _fail("standard output is closed; give a file with -o PATH")
-    if _is_dev_full(st):
-        _fail("standard output is /dev/full, where every write fails; give a file with -o PATH")
-
-
-def check_output(option: str, path: str) -> None:
-    """Refuse, before any work, an output that cannot or must not be written (see the module
-    docstring); `_fail` exits 2 with one line."""
-    import stat
-
-    if path == "":
-        _fail(f"{option}: the path is empty")
-    if path == "-":
-        _check_stdout(option)
-        return
-    try:
-        link = os.lstat(path)
-    except FileNotFoundError:
-        link = None
-    except OSError as exc:
-        _fail(f"{option} {path}: {exc.strerror}")
-    target = None
-    if link is not None:
-        try:
-            target = os.stat(path)
-        except OSError:
-            target = None  # a dangling link
-    if link is not None and stat.S_ISLNK(link.st_mode):
-        # A link to a device or a FIFO (/dev/stdout, /dev/null, /dev/fd/N) is written through:
-        # nothing gets replaced. A link to a file is refused, never followed.
-        if target is None or not (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode)):
-            to = os.readlink(path)
-            _fail(f"{option} {path}: is a symbolic link (to {to}); gpudoctor does not write through "
-                  "links: give the real path")
-    if target is not None:
-        if stat.S_ISDIR(target.st_mode):
-            _fail(f"{option} {path}: is a directory")
-        if _is_dev_full(target):
-            _fail(f"{option} {path}: is /dev/full, where every write fails")
-        if stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode):
-            return
-        if not stat.S_ISREG(target.st_mode):
-            _fail(f"{option} {path}: is not a regular file")
-    real = os.path.realpath(path)
-    for kernel in ("/proc", "/sys"):
-        if real == kernel or real.startswith(kernel + "/"):
-            _fail(f"{option} {path}: is in {kernel}, a kernel interface, not a place for a report")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        _fail(f"{option} {path}: no such directory {parent}")
-    if target is not None and not os.access(path, os.W_OK):
-        _fail(f"{option} {path}: permission denied")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        _fail(f"{option} {path}: cannot create files in {parent} (permission denied)")
-
-
-def plan_outputs(fmt: Optional[Format], output: Optional[str],
-                 aliases: list[tuple[Format, Optional[str], str]]) -> list[Output]:
-    """The outputs a command writes, checked: `--format`/`-o`, plus the old alias options (format,
-    path, option name). The text report on standard output is dropped when an alias takes
-    standard output and neither `--format` nor `-o` was given."""
-    outputs: list[Output] = []
-    for alias_fmt, path, option in aliases:
-        if path is not None:
-            outputs.append(Output(alias_fmt, _std_name(path), option))
-    if fmt is not None or output is not None or not any(o.to_stdout for o in outputs):
-        path = _std_name(output if output is not None else "-")
-        chosen = fmt or (_SUFFIX_FORMAT.get(os.path.splitext(path)[1].lower(), Format.text) if path != "-" else Format.text)
-        outputs.insert(0, Output(chosen, path, "-o" if output is not None else "--format"))
-    stdout = [o for o in outputs if o.to_stdout]
-    if len(stdout) > 1:
-        _fail(f"{stdout[0].option} and {stdout[1].option} both write to standard output; give one of them a file")
-    seen: dict[str, str] = {}
-    for o in outputs:
-        if o.to_stdout:
-            continue
-        key = os.path.abspath(o.path)
-        if key in seen:
-            _fail(f"{seen[key]} and {o.option} both write to {o.path}")
-        seen[key] = o.option
-    for o in outputs:
-        check_output(o.option, o.path)
-    return outputs
-
-
-def _std_name(path: str) -> str:
-    return "-" if path in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1") else path
-
-
-def write_file(path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all. A regular file is replaced by renaming a
-    temporary file from the same folder over it: readers never see half a report, a failed write
-    leaves the old file as it was, and the rename replaces the path itself, never what a link
-    (planted after `check_output`) points to. A FIFO or a device is written through."""
-    import stat
-    import tempfile
-
-    try:
-        st = os.stat(path)
-    except OSError:
-        st = None
-    try:
-        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            return
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; nothing was written") from None
-    try:
-        if st is not None and stat.S_ISREG(st.st_mode) and not os.path.islink(path):
-            mode = stat.S_IMODE(st.st_mode)  # keep the old file's permissions
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask  # mkstemp's 0600 would make a shared report unreadable
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; the old file, if any, is unchanged") from None
-
-
-def _stdout_console() -> Any:
-    """A rich Console on standard output whose closed pipe is ours to report (rich's own
-    on_broken_pipe exits 1)."""
-    from rich.console import Console
-
-    class StdoutConsole(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise _ClosedPipe()
-
-    return StdoutConsole(highlight=False)
-
-
-def emit(output: Output, render: Callable[[Any], None]) -> None:
-    """Run `render(console)` with a console on standard output or on a buffer that is then
-    written to `output.path` (`write_file`)."""
-    import io
-
-    from rich.console import Console
-
-    if output.to_stdout:
-        try:
-            render(_stdout_console())
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise _ClosedPipe() from None
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                raise _ClosedPipe() from None
-            raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
-        return
-    buffer = io.StringIO()
-    render(Console(file=buffer, width=_TEXT_FILE_WIDTH, color_system=None, highlight=False, soft_wrap=False))
-    write_file(output.path, buffer.getvalue())
-
-
-def _text(text: str) -> Callable[[Any], None]:
-    """A renderer that prints finished text (JSON, Markdown) as it is."""
-
-    def render(console: Any) -> None:
-        console.file.write(text)
-
-    return render
-
-
-_FORMAT_HELP = "Output format: text (for people), json, or md (Markdown)."
-_OUTPUT_HELP = "Write the output to PATH (- for standard output, the default)."
+    """The root: only --version (the help is the app's)."""
 
 
 # --- explain / list (knowledge base) -------------------------------------------------------------
@@ -417,61 +222,54 @@ _ID_LIKE = re.compile(r"^[A-Za-z0-9_.:-]{2,64}$")
 _LINT_CODE = re.compile(r"^GPU\d{3}$", re.IGNORECASE)
 
 
-@app.command()
 def explain(
     query: Optional[str] = typer.Argument(
-        None, help="A knowledge-base id or alias, an error message, or - to read standard input."
+        None, metavar="[ID|TEXT|-]",
+        help="A knowledge-base id or alias, a lint rule code (GPU001), an error message, or - to read standard input."
     ),
-    file: Optional[str] = typer.Option(None, "--file", "-f", help="Read the error text from a log file."),
-    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the matched ids and titles."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every matched entry in full, not just the best."),
+    file: Optional[str] = typer.Option(None, "--file", "-f", metavar="LOG", help="Read the error text from a log file."),
+    fmt: Optional[Format] = format_option(),
+    output: Optional[str] = output_option(),
+    quiet: bool = quiet_option("Print only the matched ids and titles."),
+    verbose: bool = verbose_option("Print every matched entry in full, not just the best."),
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
 ) -> None:
-    """Name the known failure behind an id or pasted error text: cause, fix and patch."""
-    if query is not None and file is None and _LINT_CODE.match(query):  # a lint rule: GPU003
-        from gpudoctor.lint.explain import show_rule
+    """Name the known failure behind an error, a log or an id.
 
-        shown = show_rule(query, as_json)
-        if shown is not None:
-            raise typer.Exit(shown)
-    from gpudoctor import explain as ex
-    from gpudoctor import kb, textinput
-    from gpudoctor.matcher import match_chunks
-
+    Prints the cause, the fix and the patch. An id (`gpudoctor explain misaligned-address`) prints its entry; text, a log (--file) or
+    standard input (-) is matched against the knowledge base, the root cause first."""
     if file is not None and query is not None:
         _fail("give either text (or -) or --file, not both")
     if file is None and query is None:
         _fail("nothing to explain: give an id, an error text, - for stdin, or --file LOG")
     if as_json and fmt not in (None, Format.json):
         _fail("--json and --format both given; use --format")
-    [out] = plan_outputs(Format.json if as_json else fmt, output, [])
+    [out] = plan_outputs(Format.json if as_json else fmt, output)
+    if query is not None and file is None and _LINT_CODE.match(query):  # a lint rule: GPU003
+        from gpudoctor.lint.explain import show_rule
+
+        shown = show_rule(query, output=out)
+        if shown is not None:
+            raise typer.Exit(shown)
+    from gpudoctor import explain as ex
+    from gpudoctor import kb
+
     try:
+        # By id, only the entry's own file is read: neither the matcher nor the other entries load
+        # (start-up: benchmarks/bench_explain.py).
         entry = kb.load_entry(query) if query not in (None, "-") else None
         if entry is not None:
             result = ex.Explanation(matches=(), entry=entry)
         else:
-            if file is not None:
-                chunks = textinput.iter_file(file)
-            elif query == "-":
-                chunks = textinput.iter_stream(sys.stdin.buffer, name="standard input")
-            else:
-                chunks = textinput.iter_text(query)
-            matches = tuple(match_chunks(chunks))
-            result = ex.Explanation(matches=matches, entry=matches[0].entry if matches else None)
-    except textinput.InputError as exc:
-        _fail(str(exc))
+            result = _match(query, file)
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
 
     unknown_id = result.entry is None and query not in (None, "-") and _ID_LIKE.match(query)
     if out.fmt is Format.json:
-        emit(out, _text(ex.to_json(result) + "\n"))
+        emit_text(out, ex.to_json(result) + "\n")
     elif out.fmt is Format.md:
-        from gpudoctor.reports.render import render_explanation_markdown
-
-        emit(out, _text(render_explanation_markdown(result)))
+        emit_text(out, ex.render_markdown(result))
     elif not unknown_id:
         emit(out, lambda console: _explain_text(result, console, quiet=quiet, verbose=verbose))
     if unknown_id:
@@ -483,7 +281,28 @@ def explain(
         raise typer.Exit(EXIT_FINDINGS)
 
 
+def _match(query: Optional[str], file: Optional[str]) -> Any:
+    """The ranked matches for pasted text, standard input (-) or a log file."""
+    from gpudoctor import explain as ex
+    from gpudoctor import textinput
+    from gpudoctor.matcher import match_chunks
+
+    try:
+        if file is not None:
+            chunks = textinput.iter_file(file)
+        elif query == "-":
+            chunks = textinput.iter_stream(sys.stdin.buffer, name="standard input")
+        else:
+            chunks = textinput.iter_text(query or "")
+        matches = tuple(match_chunks(chunks))
+    except textinput.InputError as exc:
+        _fail(str(exc))
+    return ex.Explanation(matches=matches, entry=matches[0].entry if matches else None)
+
+
 def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
+    """The explain engineer's page (`gpudoctor.explain.render_text`: the verdict, then the entry in
+    full); -q: one line per match; -v: the other matched entries in full too."""
     from rich.text import Text
 
     from gpudoctor import explain as ex
@@ -494,26 +313,19 @@ def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> N
         for kb_id, confidence, title in rows:
             console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
         return
-    if result.matches:
-        ex.render_matches(result.matches, console)
-        console.print()
-    entries = [m for m in result.matches if not m.context_only] if verbose else []
-    if len(entries) > 1:
-        for n, m in enumerate(entries):
-            if n:
+    ex.render_text(result, console)
+    if verbose:
+        for m in result.matches[1:]:
+            if not m.context_only:
                 console.print()
-            ex.render_entry(m.entry, console, m)
-        return
-    if result.entry is not None:
-        ex.render_entry(result.entry, console, result.best)
+                ex.render_entry(m.entry, console, m)
 
 
-@app.command(name="list")
 def list_entries(
-    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the ids, one per line."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print each entry's aliases."),
+    fmt: Optional[Format] = format_option(),
+    output: Optional[str] = output_option(),
+    quiet: bool = quiet_option("Print only the ids, one per line."),
+    verbose: bool = verbose_option("Also print each entry's aliases."),
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
     markdown: bool = typer.Option(False, "--markdown", hidden=True, help="Same as --format md."),
 ) -> None:
@@ -524,16 +336,16 @@ def list_entries(
     alias = Format.json if as_json else Format.md if markdown else None
     if alias is not None and fmt not in (None, alias):
         _fail("--json/--markdown and --format disagree; use --format")
-    [out] = plan_outputs(fmt or alias, output, [])
+    [out] = plan_outputs(fmt or alias, output)
     try:
         entries = kb.load_all()
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
     if out.fmt is Format.json:
-        emit(out, _text(list_json(entries) + "\n"))
+        emit_text(out, list_json(entries) + "\n")
     elif out.fmt is Format.md:
         rows = ["| `%s` | %s |" % (e.id, e.title.replace("|", "\\|")) for e in entries]
-        emit(out, _text("\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n"))
+        emit_text(out, "\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n")
     else:
         emit(out, lambda console: _list_text(entries, console, quiet=quiet, verbose=verbose))
 
@@ -711,24 +523,23 @@ def _invocation(ctx: Any, options: dict[str, Any], redact: bool) -> dict[str, An
     return invocation
 
 
-@app.command()
 def scan(
     ctx: typer.Context,
-    probe: List[str] = typer.Option([], "--probe", help="Run only this probe id (repeatable)."),
-    skip: List[str] = typer.Option([], "--skip", help="Do not run this probe id (repeatable)."),
+    probe: List[str] = typer.Option([], "--probe", metavar="ID", help="Run only this probe (repeatable)."),
+    skip: List[str] = typer.Option([], "--skip", metavar="ID", help="Do not run this probe (repeatable)."),
     device: Optional[str] = typer.Option(
         None, "--device", parser=parse_device, metavar="DEVICE",
         help="auto (default: cuda:0 when torch sees a GPU, else cpu), cuda:N, all (every visible GPU), "
              "cpu, or a torch device such as xpu:0."),
     timeout: Optional[float] = typer.Option(None, "--timeout", parser=parse_seconds, metavar="SECONDS",
                                             help="Time limit per probe, overriding each probe's own."),
-    python: Optional[str] = typer.Option(None, "--python", help="Diagnose the environment of this interpreter."),
-    fmt: Optional[Format] = typer.Option(None, "--format", help=_FORMAT_HELP),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; print only the verdict line."),
-    verbose: bool = typer.Option(False, "--verbose", "-v",
-                                 help="Evidence, fixes, patches, crash tails and the whole environment."),
-    no_redact: bool = typer.Option(False, "--no-redact", help="Keep user names, host names, paths and ids."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PATH",
+                                         help="Diagnose the environment of this interpreter."),
+    fmt: Optional[Format] = format_option(),
+    output: Optional[str] = output_option(),
+    quiet: bool = quiet_option("Print only the verdict line (no progress)."),
+    verbose: bool = verbose_option("Also print evidence, fixes, patches, crash tails and the whole environment."),
+    no_redact: bool = no_redact_option(),
     list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
     attn_shape: Optional[str] = typer.Option(None, "--attn-shape", parser=parse_attn_shape, metavar="B,H,N,D",
                                              help="Attention shape for the attention probes."),
@@ -745,7 +556,10 @@ def scan(
     ray_cluster: bool = typer.Option(
         False, "--ray", help="Scan every node of the Ray cluster at RAY_ADDRESS (needs ray) and write one fleet report."),
 ) -> None:
-    """Run the probes in isolated workers and report what works on this machine."""
+    """Probe this machine: what works, what fails, why, and the fix.
+
+    Small real workloads (SDPA backends, xformers, FP8 matmul, async errors, ...) run in isolated
+    workers of the target interpreter; the verdict comes first and last."""
     from rich.console import Console
 
     from gpudoctor import runner
@@ -786,9 +600,9 @@ def scan(
     }, options.redact)
     for out in outputs:
         if out.fmt is Format.json:
-            emit(out, _text(render.render_json(report)))
+            emit_text(out, render.render_json(report))
         elif out.fmt is Format.md:
-            emit(out, _text(render.render_markdown(report)))
+            emit_text(out, render.render_markdown(report))
         elif quiet:
             emit(out, lambda console: console.print(f"gpudoctor: {render.verdict(report).line}", markup=False,
                                                     highlight=False, soft_wrap=True))
@@ -800,27 +614,32 @@ def scan(
 # --- lint (the implementation lives in gpudoctor.lint) ---------------------------------------------
 
 
-@app.command()
 def lint(
-    paths: Optional[list[str]] = typer.Argument(None, help="Files or folders to lint (default: the current folder)."),
-    fmt: str = typer.Option("text", "--format", help="Output format: text, json or md."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the output to this file (- for stdout)."),
-    select: list[str] = typer.Option([], "--select", help="Only these rule codes or prefixes, comma-separated (ALL)."),
-    ignore: list[str] = typer.Option([], "--ignore", help="Skip these rule codes or prefixes, comma-separated."),
+    paths: Optional[List[str]] = typer.Argument(None, metavar="[PATH]...",
+                                                help="Files or folders to lint (default: the current folder)."),
+    fmt: Optional[Format] = format_option(),
+    output: Optional[str] = output_option(),
+    select: List[str] = typer.Option([], "--select", metavar="CODES",
+                                     help="Only these rule codes or prefixes, comma-separated (ALL)."),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="CODES",
+                                     help="Skip these rule codes or prefixes, comma-separated."),
     fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes (atomically; re-parsed before writing)."),
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply (or show) the unsafe fixes."),
     diff: bool = typer.Option(False, "--diff", help="Print the unified diff of the fixes instead of applying them."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore the tool.gpudoctor.lint table of pyproject.toml."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per core)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line on stderr."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also report the time taken."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", help="Worker processes (default: one per core)."),
+    quiet: bool = quiet_option("Print only the findings (no summary line on stderr)."),
+    verbose: bool = verbose_option("Also report the time taken."),
 ) -> None:
-    """Find known GPU failure patterns in code before it runs (`gpudoctor explain GPU001` documents a rule)."""
+    """Find known GPU failure patterns in code before it runs.
+
+    `gpudoctor explain GPU001` documents a rule; --fix applies the safe fixes."""
     from gpudoctor.lint.cli import Options, run
 
-    raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=fmt, output=output, select=select, ignore=ignore,
-                                 fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated, jobs=jobs,
-                                 quiet=quiet, verbose=verbose)))
+    [out] = plan_outputs(fmt, output)
+    raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=out.fmt.value, output=out.path, select=select,
+                                 ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated,
+                                 jobs=jobs, quiet=quiet, verbose=verbose)))
 
 
 def _list_probes(options: Any, out: Output, stderr: Any) -> None:
@@ -834,11 +653,11 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
     except runner.ScanError as exc:
         _fail(str(exc))
     if out.fmt is Format.json:
-        emit(out, _text(json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n"))
+        emit_text(out, json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n")
     elif out.fmt is Format.md:
         rows = [f"| `{p['id']}` | {visible(p['title'], 200).replace('|', '/')} | {', '.join(p['emits']) or '-'} |"
                 for p in probes]
-        emit(out, _text("\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n"))
+        emit_text(out, "\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n")
     else:
         def table(console: Any) -> None:
             from rich.table import Table
@@ -858,18 +677,17 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
                      markup=False, highlight=False)
 
 
-# --- run, report, diff: the ticket commands live in gpudoctor.ticket_cli ----------------------------
-
-from gpudoctor.ticket_cli import register as _register_ticket_commands  # noqa: E402
-
-_register_ticket_commands(app)
-
-
-# --- fleet: `merge` (gpudoctor.fleet.command) ---------------------------------------------------
+# --- the commands, in the order `gpudoctor --help` lists them -------------------------------------
 
 from gpudoctor.fleet.command import register as _register_fleet  # noqa: E402
+from gpudoctor.ticket_cli import register as _register_ticket_commands  # noqa: E402
 
-_register_fleet(app)
+app.command(help=command_help(scan))(scan)
+app.command(help=command_help(explain))(explain)
+_register_ticket_commands(app)  # run, report, diff
+app.command(help=command_help(lint))(lint)
+_register_fleet(app)  # merge
+app.command(name="list", help=command_help(list_entries))(list_entries)
 
 
 def main() -> None:

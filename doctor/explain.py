@@ -268,6 +268,8 @@ def render_text(explanation: Explanation, console: Console) -> None:
     """The whole text report: the verdict first, then the entry in full."""
     render_verdict(explanation.matches, console)
     if explanation.entry is not None:
+        if explanation.matches:
+            console.print()  # the verdict and the full story are two blocks
         render_entry(explanation.entry, console, explanation.best)
 
 
@@ -305,20 +307,32 @@ def _fence(code: str, lang: str) -> str:
     return f"{ticks}{lang}\n{code}\n{ticks}"
 
 
+def _md_prose(text: str) -> str:
+    """The knowledge base's own prose (trusted, written with `code` spans) kept as Markdown, with
+    `<` outside code spans escaped: "<your arch>" must not be swallowed as an HTML tag."""
+    import re
+
+    parts = re.split(r"(`[^`\n]*`)", text)
+    return "".join(part if len(part) > 1 and part.startswith("`") and part.endswith("`")
+                   else part.replace("<", "\\<") for part in parts)
+
+
 def render_markdown(explanation: Explanation) -> str:
-    """The same report as Markdown, for a bug ticket."""
+    """The same report as Markdown, for a bug ticket: the verdict (with the lines of the input that
+    decided it and what was captured from them), the other matches, then the entry in full.
+    Text from the input is escaped (`_md_inline`); the knowledge base's prose stays Markdown."""
     out: list[str] = []
     best, entry = explanation.best, explanation.entry
     if entry is None:
         return "No known failure matched this text. Run `gpudoctor scan` to probe this machine.\n"
-    out.append(f"## `{entry.id}`: {entry.title}")
+    out.append(f"## `{entry.id}`: {_md_prose(entry.title)}")
     out.append("")
     if best is not None:
         out.append(f"**{best.confidence:.0%} confident**, from {_where(best)} of the input.")
         out.append("")
-    out.append(f"**Cause:** {entry.cause}")
+    out.append(f"**Cause:** {_md_prose(entry.cause)}")
     out.append("")
-    out.append(f"**Fix:** {entry.quick_fix}")
+    out.append(f"**Fix:** {_md_prose(entry.quick_fix)}")
     if best is not None:
         out.append("")
         for text, line in zip(best.evidence, best.lines):
@@ -326,6 +340,8 @@ def render_markdown(explanation: Explanation) -> str:
         for fact in best.decided_by:
             if fact not in best.evidence:
                 out.append(f"- decided by: {_md_inline(fact)}")
+        for line in best.context_lines():
+            out.append(f"- in your text: {_md_inline(line)}")
     if len(explanation.matches) > 1:
         out += ["", "### Also in this text", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
         for rank, m in enumerate(explanation.matches[1:], 2):
@@ -333,18 +349,22 @@ def render_markdown(explanation: Explanation) -> str:
             if m.consequence_of:
                 label = f"consequence of `{m.consequence_of[0]}`"
             out.append(f"| {rank} | `{m.id}` | {label} | {m.first_line or ''} |")
-    out += ["", "### What happened", "", entry.what, "", "### Why", ""]
-    out += [f"- {w}" for w in entry.why]
+    out += ["", "### What happened", "", _md_prose(entry.what), "", "### Why", ""]
+    out += [f"- {_md_prose(w)}" for w in entry.why]
     out += ["", "### Fix", ""]
-    out += [f"{n}. {step}" for n, step in enumerate(entry.fix, 1)]
+    out += [f"{n}. {_md_prose(step)}" for n, step in enumerate(entry.fix, 1)]
     out += ["", f"### Patch ({entry.applicability})", ""]
     if entry.fix_safety:
-        out += [entry.fix_safety, ""]
+        out += [_md_prose(entry.fix_safety), ""]
     out.append(_fence(entry.patch, entry.patch_lang))
     if entry.misconceptions:
         out += ["", "### Common misconceptions", ""]
         for m in entry.misconceptions:
-            out.append(f"- **Claim:** {m.claim}  \n  **What is true:** {m.truth}  \n  **Evidence:** {m.evidence}")
+            out.append(f"- **Claim:** {_md_prose(m.claim)}  \n  **What is true:** {_md_prose(m.truth)}  \n"
+                       f"  **Evidence:** {_md_prose(m.evidence)}")
     out += ["", "### References", ""]
-    out += [f"- [{r.title}]({r.url})" for r in entry.references]
+    # <url>: a link destination that may hold parentheses and spaces.
+    out += [f"- [{_md_prose(r.title).replace(']', ')')}](<{r.url}>)" for r in entry.references]
+    if entry.probes:
+        out += ["", "Check this machine: `gpudoctor scan " + " ".join(f"--probe {p}" for p in entry.probes) + "`"]
     return "\n".join(out) + "\n"

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from gpudoctor.reports.model import Report
     from gpudoctor.runcmd import RunResult
 
-RUN_SCHEMA_VERSION = "1.0"
+RUN_SCHEMA_VERSION = "1.1"  # 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...)
 MAX_TICKET_CHARS = 65_000  # GitHub and GitLab refuse an issue body of 65,536 characters or more
 LOCALIZE_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
 # Knowledge-base ids of the CUDA errors that surface at a later API call than the one that caused
@@ -297,6 +297,8 @@ def entry_brief(entry: "Entry") -> dict[str, Any]:
 def _diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
     best = d.best
     return {
+        # Each match's `line` and `evidence_lines` count lines of the output the matcher read:
+        # output.log for the run itself (see `lines_in`).
         "matches": [m.to_dict() for m in d.matches],
         "entry": entry_brief(best.entry) if best is not None else None,
         "traceback": d.traceback.to_dict() if d.traceback else None,
@@ -356,7 +358,10 @@ def build_ticket(
             "omitted_bytes": result.output.omitted,
             "log": clean_log(output_text(result)),
         },
-        "diagnosis": dict(_diagnosis_dict(shown), source=source),
+        # lines_in: what the matches' line numbers count: the run's output (output.log in the
+        # bundle, `output.log` here), or the synchronous re-run's, which is not kept.
+        "diagnosis": dict(_diagnosis_dict(shown), source=source,
+                          lines_in="output.log" if source == "run" else "synchronous re-run"),
         "localization": localization.to_dict() if localization is not None else None,
         "scan": {"probes": [], "error": None, "report": None},
     }
@@ -407,6 +412,31 @@ _LOCALIZATION_MD = {
 }
 
 
+def _lines_label(diag: dict[str, Any]) -> str:
+    return "re-run line" if diag.get("lines_in") == "synchronous re-run" else "output line"
+
+
+def _line_of(match: dict[str, Any], diag: dict[str, Any]) -> str | None:
+    """Where in the output the match was found, for people: `line 9 of output.log`."""
+    line = match.get("line") if match else None
+    if not isinstance(line, int) or line <= 0:
+        return None
+    if diag.get("lines_in") == "synchronous re-run":
+        return f"line {line} of the synchronous re-run's output"
+    return f"line {line} of output.log"
+
+
+def _where_md(best: dict[str, Any], tb: dict[str, Any] | None, diag: dict[str, Any]) -> str:
+    """Where the error was found in the output, beside the Python line its traceback blamed."""
+    parts = []
+    found = _line_of(best, diag)
+    if found:
+        parts.append(f"`{best['id']}` found on {found}")
+    if tb:
+        parts.append(f"the traceback blames {_frame_md(tb.get('user_frame'))}")
+    return "; ".join(parts)
+
+
 def _frame_md(frame: dict[str, Any] | None) -> str:
     if not frame:
         return "no Python traceback"
@@ -449,8 +479,8 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
     head += ["", f"{_code(cmd)} {exit_['how']} after {exit_['duration_s']:.1f} s"
              + (" (interrupted)" if exit_.get("interrupted") else "") + "."]
     body: list[str] = []
+    best = matches[0] if matches else {}
     if entry:
-        best = matches[0] if matches else {}
         conf = f"{best.get('confidence', 0):.0%}" if best else ""
         via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
         body += ["", f"**Diagnosis**{via}: `{entry['id']}` ({conf}): {_plain(entry['title'])}", "",
@@ -458,8 +488,9 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
     else:
         body += ["", "**Diagnosis**: no known failure was recognised in the output."]
     tb = diag.get("traceback")
-    if tb:
-        body += ["", f"**Where**: {_frame_md(tb.get('user_frame'))}"]
+    where = _where_md(best, tb, diag)
+    if where:
+        body += ["", f"**Where**: {where}"]
 
     loc = ticket.get("localization")
     if loc:
@@ -498,11 +529,14 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
             body += ["", "References: " + "; ".join(f"[{_plain(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
         body += ["", f"More: `gpudoctor explain {entry['id']}`"]
     if len(matches) > 1:
-        body += ["", "#### Also recognised in the output", "", "| id | confidence | evidence |", "|---|---:|---|"]
+        body += ["", "#### Also recognised in the output", "", f"| id | confidence | {_lines_label(diag)} | evidence |",
+                 "|---|---:|---:|---|"]
         for m in matches[1:8]:
             ev = (m.get("evidence") or [""])[0]
             note = " (context)" if m.get("context_only") else ""
-            body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {_code(ev)} |")
+            if m.get("consequence_of"):
+                note = f" (after `{m['consequence_of'].get('id')}`)"
+            body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {m.get('line') or ''} | {_code(ev)} |")
 
     body += _scan_markdown(ticket.get("scan") or {})
 
@@ -559,6 +593,7 @@ def _scan_markdown(scan: dict[str, Any]) -> list[str]:
 
 def _tail_section(lines: list[str], room: int, redacted: bool) -> list[str]:
     """The last lines of the output that fit in `room` characters, in a collapsed block."""
+    lines_all = lines
     lines = [line[:_LINE_CHARS] for line in lines[-_TICKET_TAIL_LINES:] if line is not None]
     while lines and not lines[0].strip():
         lines.pop(0)
@@ -574,8 +609,10 @@ def _tail_section(lines: list[str], room: int, redacted: bool) -> list[str]:
     chosen.reverse()
     if not chosen:
         return []
-    return ["", f"<details><summary>Output (last {len(chosen)} lines{', redacted' if redacted else ''})</summary>", "",
-            _fence("\n".join(chosen), "text"), "", "</details>"]
+    # Numbered as the diagnosis numbers them: lines first..total of output.log.
+    first, total = len(lines_all) - len(chosen) + 1, len(lines_all)
+    return ["", f"<details><summary>Output (lines {first}-{total} of output.log{', redacted' if redacted else ''})"
+                "</summary>", "", _fence("\n".join(chosen), "text"), "", "</details>"]
 
 
 def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = False) -> None:
@@ -594,8 +631,10 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
         best = matches[0] if matches else {}
         via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
         say(f"gpudoctor: {entry['id']} ({best.get('confidence', 0):.0%}){via}: {entry['title']}", "bold red")
-        for line in (best.get("evidence") or [])[:3]:
-            say(f"| {line}", indent=2)
+        lines = best.get("evidence_lines") or []
+        for n, line in enumerate((best.get("evidence") or [])[:3]):
+            at = lines[n] if n < len(lines) else None
+            say(f"| {line}" + (f"  (line {at} of the output)" if at else ""), indent=2)
     elif exit_.get("interrupted"):
         say("gpudoctor: interrupted; no known failure recognised in the output", "bold")
     else:
@@ -603,7 +642,7 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
     tb = diag.get("traceback")
     if tb and tb.get("user_frame"):
         f = tb["user_frame"]
-        say(f"at {f['file']}:{f['line']}" + (f" in {f['function']}" if f.get("function") else "")
+        say(f"the traceback blames {f['file']}:{f['line']}" + (f" in {f['function']}" if f.get("function") else "")
             + (f": {f['code']}" if f.get("code") else ""), indent=2)
     loc = ticket.get("localization")
     if loc:
@@ -625,7 +664,8 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
     others = [m for m in matches[1:6]]
     if others:
         say("Also in the output: " + ", ".join(
-            f"{m['id']}" + (" (context)" if m.get("context_only") else f" ({m.get('confidence', 0):.0%})") for m in others),
+            f"{m['id']}" + (" (context" if m.get("context_only") else f" ({m.get('confidence', 0):.0%}")
+            + (f", line {m['line']})" if m.get("line") else ")") for m in others),
             "dim", indent=2)
 
 

@@ -468,7 +468,24 @@ def _link_text(link: dict[str, Any]) -> str:
     return f"bears on {link['kb_id']}, which {link.get('probe', 'the probe')} {how}"
 
 
-def render_text(diff: Diff, console: "Console") -> None:
+def summary_line(diff: Diff) -> str:
+    """The verdict in one line (`gpudoctor diff -q`): which verdicts changed, with the likeliest
+    cause of the first, or that none did."""
+    n = len(diff.differences)
+    differences = f"{n} environment difference{'s' * (n != 1)}"
+    if not diff.verdicts:
+        return f"same verdicts on A and B; {differences}"
+    first = diff.verdicts[0]
+    line = f"{len(diff.verdicts)} verdict{'s' * (len(diff.verdicts) != 1)} changed, first {_verdict_head(first)}"
+    if first.explained_by:
+        d = next(d for d in diff.differences if d.key == first.explained_by[0]["key"])
+        line += f"; likely: {d.label} {_change_text(d)}"
+    return visible(f"{line}; {differences}", 2000)
+
+
+def render_text(diff: Diff, console: "Console", *, verbose: bool = False) -> None:
+    """The diff for people: changed verdicts with their likeliest causes (three each; every one
+    with `verbose`), then every difference, most relevant first."""
     from rich.text import Text
 
     def say(text: str = "", style: str = "", indent: int = 0) -> None:
@@ -483,9 +500,12 @@ def render_text(diff: Diff, console: "Console") -> None:
         for v in diff.verdicts:
             style = "bold red" if v.change in ("worse", "only-b") else "green" if v.change == "better" else ""
             say(_verdict_head(v), style, 2)
-            for e in v.explained_by[:3]:
+            links = v.explained_by if verbose else v.explained_by[:3]
+            for e in links:
                 d = next(d for d in diff.differences if d.key == e["key"])
                 say(f"likely: {d.label} {_change_text(d)} ({_link_text(dict(e, probe=v.probe))})", indent=4)
+            if len(links) < len(v.explained_by):
+                say(f"... {len(v.explained_by) - len(links)} more (-v shows them)", "dim", 4)
             if not v.explained_by:
                 say("no environment difference is known to bear on this probe", "dim", 4)
     else:
@@ -496,6 +516,9 @@ def render_text(diff: Diff, console: "Console") -> None:
         for n, d in enumerate(diff.differences, 1):
             why = f"  <- {_link_text(d.explains[0])}" if d.explains else ""
             say(f"{n}. {d.label}: {_change_text(d)}{why}", "bold" if d.score else "", 2)
+            if verbose:
+                for link in d.explains[1:]:
+                    say(f"<- {_link_text(link)}", indent=6)
     else:
         say("The environments do not differ in anything gpudoctor compares.")
 

@@ -1,5 +1,5 @@
-"""Renderers: a `Report` as a terminal page (rich), as JSON, and as Markdown for a bug ticket; and
-`render_explanation_markdown` for `gpudoctor explain --format md`.
+"""Renderers: a `Report` as a terminal page (rich), as JSON, and as Markdown for a bug ticket.
+(`gpudoctor explain`'s renderers live with the explanation, in gpudoctor.explain.)
 
 The three report renderers are siblings behind `RENDERERS` (one per name in `FORMATS`); a test
 proves every format is handled. Renderers never print on their own and never decide on colour: the
@@ -633,40 +633,3 @@ RENDERERS: dict[str, Callable[..., Any]] = {
     "json": render_json,
     "markdown": render_markdown,
 }
-
-
-# --- explain as Markdown -------------------------------------------------------------------------
-
-
-def render_explanation_markdown(explanation: Any) -> str:
-    """`gpudoctor explain --format md`: the ranked matches and the best entry, for a ticket or a
-    chat. Evidence comes from the user's text and is escaped like a report's."""
-    out: list[str] = []
-    entry = explanation.entry
-    if explanation.matches:
-        out += ["### Known failures in this text", "", "| # | id | confidence | evidence |", "|---:|---|---:|---|"]
-        for rank, m in enumerate(explanation.matches, 1):
-            label = f"{m.confidence:.0%}" + (" (context)" if m.context_only else "")
-            evidence = " / ".join(one_line(e, EVIDENCE_LINE_LIMIT) for e in m.evidence[:3])
-            out.append(f"| {rank} | {md_code(m.id)} | {label} | {_cell(evidence)} |")
-        out.append("")
-    if entry is None:
-        out.append("No known failure matched this text; run `gpudoctor scan` to probe this machine.")
-        return "\n".join(out) + "\n"
-    out += [f"## {md_prose(entry.title)} ({md_code(entry.id)})", "", md_prose(entry.what), ""]
-    best = explanation.matches[0] if explanation.matches else None
-    found = best.context_lines() if best is not None else []
-    if found:
-        out += ["**In your text**", ""] + [f"- {md_text(line, 4000, start=True)}" for line in found] + [""]
-    if entry.why:
-        out += ["**Why**", ""] + [f"- {md_prose(cause)}" for cause in entry.why] + [""]
-    if entry.fix:
-        out += ["**Fix**", ""] + [f"{n}. {md_prose(step)}" for n, step in enumerate(entry.fix, 1)] + [""]
-    if entry.patch:
-        safety = entry.applicability + (f": {entry.fix_safety}" if entry.fix_safety else "")
-        out += [f"**Patch** ({md_text(safety, 1000)})", "", _fence(entry.patch, entry.patch_lang or ""), ""]
-    refs = [r for r in entry.references if r.url]
-    if refs:
-        out += ["**References**", ""] + [f"- {md_text(r.title, 500)}: <{visible(r.url, 500)}>" for r in refs] + [""]
-    out.append(f"Full entry: `gpudoctor explain {entry.id}`")
-    return "\n".join(out) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import stat
 import subprocess
 import sys
@@ -89,10 +90,14 @@ def test_shell_completion_is_typers():
     (["scan", "--attn-shape", "1,2,99999999999,4"], "each of B,H,N,D must be between 1 and"),
     (["scan", "--probe-option", "novalue"], "gpudoctor: --probe-option novalue: expected KEY=VALUE"),
     (["scan", "--probe-file", "/no/such/probe.py"], "gpudoctor: --probe-file /no/such/probe.py: no such file"),
-    (["scan", "--format", "xml"], "gpudoctor: --format 'xml' is not one of 'text', 'json', 'md'"),
+    (["scan", "--format", "xml"], "gpudoctor: --format xml: expected one of text, json, md"),
     (["scan", "--bogus"], "No such option: --bogus"),
     (["scna"], "No such command 'scna'"),
-    (["explain", "--format", "html", "cuda-oom"], "gpudoctor: --format 'html' is not one of"),
+    (["explain", "--format", "html", "cuda-oom"], "gpudoctor: --format html: expected one of text, json, md"),
+    (["report", "--format", "yaml", "r.json"], "gpudoctor: --format yaml: expected one of text, json, md"),
+    (["diff", "--format", "yaml", "a.json", "b.json"], "gpudoctor: --format yaml: expected one of text, json, md"),
+    (["lint", "--format", "xml", "."], "gpudoctor: --format xml: expected one of text, json, md"),
+    (["run", "--format", "json", "--", "true"], "gpudoctor: --format json: run's standard output is the command's"),
     (["list", "--json", "--format", "md"], "gpudoctor: --json/--markdown and --format disagree"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(args, text):
@@ -177,10 +182,17 @@ def test_explain_formats_and_aliases(tmp_path):
     old = run("explain", "cuda-oom", "--json")
     assert as_json.exit_code == old.exit_code == 0 and as_json.stdout == old.stdout
     assert json.loads(as_json.stdout)["entry"]["id"] == "cuda-oom"
+    from gpudoctor import explain as ex
+    from gpudoctor import kb
+
     md = run("explain", "cuda-oom", "--format", "md")
-    assert md.exit_code == 0 and "(`cuda-oom`)" in md.stdout.splitlines()[0]
+    # One Markdown renderer for explain: the explanation's own.
+    assert md.exit_code == 0 and md.stdout == ex.render_markdown(ex.Explanation((), kb.load_entry("cuda-oom")))
+    assert md.stdout.splitlines()[0].startswith("## `cuda-oom`: ")
     out = tmp_path / "explain.md"
-    assert run("explain", "cuda-oom", "-o", str(out)).exit_code == 0 and "**Fix**" in out.read_text()
+    assert run("explain", "cuda-oom", "-o", str(out)).exit_code == 0 and "**Fix:**" in out.read_text()
+    text = run("explain", "cuda-oom")
+    assert text.exit_code == 0 and "cuda-oom: the full story" in text.stdout  # gpudoctor.explain.render_text
     quiet = run("explain", "RuntimeError: CUDA error: misaligned address", "-q")
     assert quiet.exit_code == 0 and quiet.stdout.splitlines()[0].startswith("misaligned-address  ")
     unknown = run("explain", "no-such-id", "--format", "json")
@@ -292,14 +304,18 @@ def test_a_closed_pipe_exits_141_without_a_word(args):
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
-    assert all(line.startswith("[1/1]") or "importing torch" in line for line in proc.stderr.splitlines())
+    # Only progress lines ([0/1] is the torch-import check where the interpreter has no torch).
+    assert all(re.match(r"\[\d+/\d+\] ", line) or "importing torch" in line for line in proc.stderr.splitlines())
 
 
 def test_ascii_only_stdout_prints_with_replacement():
     env = dict(os.environ, PYTHONIOENCODING="ascii")
+    import importlib.util
+
+    torch_missing = importlib.util.find_spec("torch") is None  # then the scan's verdict is torch-import-failed
     for args in (["explain", "misaligned-address"], ["scan", *OK], ["list", "-v"]):
         proc = gpudoctor(*args, env=env)
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == (1 if torch_missing and args[0] == "scan" else 0), proc.stderr
         assert "Traceback" not in proc.stderr and "UnicodeEncodeError" not in proc.stderr
 
 
@@ -350,3 +366,40 @@ def test_dev_stdout_is_standard_output_and_list_probes_has_formats():
     assert result.exit_code == 0 and json.loads(result.stdout)["results"][0]["probe"] == "fake-ok"
     listed = run("scan", "--list-probes", "--probe-file", str(FAKES / "ok.py"), "--format", "json")
     assert listed.exit_code == 0 and "fake-ok" in [p["id"] for p in json.loads(listed.stdout)["probes"]]
+
+
+# --- one product: the commands in order, each with a one-line help --------------------------------
+
+ORDER = ["scan", "explain", "run", "report", "diff", "lint", "merge", "list"]
+
+
+def test_help_lists_the_commands_in_order():
+    result = run("--help", env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    names = [line.split()[1] for line in result.stdout.splitlines()
+             if line.startswith("│ ") and len(line.split()) > 2 and line.split()[1] in ORDER]
+    assert names == ORDER
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="merge's docstring (doctor/fleet/command.py, ifleet) "
+                                                                "wraps at 80 columns")) if n == "merge" else n
+    for n in ORDER])
+def test_each_command_has_a_one_line_help_at_80_columns(name):
+    result = run("--help", env={"COLUMNS": "80"})
+    lines = result.stdout.splitlines()
+    [at] = [i for i, line in enumerate(lines) if line.startswith(f"│ {name} ")]
+    following = lines[at + 1]
+    assert not following.startswith("│" + " " * 8), (lines[at], following)  # no continuation line
+
+
+@pytest.mark.parametrize("name", [n for n in ORDER if n != "merge"])
+def test_shared_options_have_the_same_names_and_metavars(name):
+    """--format [text|json|md], -o PATH, -q, -v (and --no-redact wherever something is redacted)."""
+    result = run(name, "--help", env={"COLUMNS": "200"})
+    text = result.stdout
+    assert "--format" in text and "[text|json|md]" in text
+    assert "--output" in text and " -o " in text and " PATH " in text
+    assert "--quiet" in text and " -q " in text and "--verbose" in text and " -v " in text
+    if name in ("scan", "run", "report", "diff"):
+        assert "--no-redact" in text

@@ -174,6 +174,25 @@ def test_explain_never_imports_torch():
     assert proc.stderr.strip().endswith("NO-TORCH"), proc.stderr
 
 
+def _modules_after_explain(*args: str) -> set[str]:
+    code = ("import sys; from gpudoctor.cli import main; sys.argv=['gpudoctor','explain',*sys.argv[1:]]\n"
+            "try:\n main()\nexcept SystemExit:\n pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+    return set(proc.stderr.split())
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "md"])
+def test_explain_by_id_reads_one_entry_without_the_matcher(fmt):
+    """Start-up (benchmarks/bench_explain.py): by id, neither the matcher nor the text reader nor
+    the report renderers load; pasted text does load the matcher."""
+    mods = _modules_after_explain("misaligned-address", "--format", fmt)
+    assert "gpudoctor.kb" in mods and "gpudoctor.explain" in mods
+    assert not mods & {"gpudoctor.matcher", "gpudoctor.textinput", "gpudoctor.predicates", "gpudoctor.reports.render",
+                       "gpudoctor.runner", "torch"}
+    assert "gpudoctor.matcher" in _modules_after_explain("RuntimeError: CUDA error: misaligned address")
+
+
 def test_python_dash_m_entry_point():
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "--json", "misaligned"],
                           capture_output=True, text=True, timeout=60)

@@ -119,6 +119,33 @@ def test_cli_formats_and_exit_code(tmp_path):
     assert r.exit_code == 1 and r.stdout == "" and out.read_text() == md
 
 
+def test_quiet_is_the_verdict_line_and_verbose_every_link(tmp_path):
+    a, b = pair()
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    args = ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    quiet = runner.invoke(app, [*args, "-q"])
+    n = len(rdiff.diff_reports(a, b).differences)
+    assert quiet.exit_code == 1 and quiet.stdout == (
+        "gpudoctor: 1 verdict changed, first sdpa-backends on cuda:0: pass -> fail [sdpa-no-kernel]; "
+        f"likely: torch 2.8.0+cu128 -> 2.9.0+cu128; {n} environment differences\n")
+    same = runner.invoke(app, ["diff", str(SAMPLE), str(SAMPLE), "-q"])
+    assert same.exit_code == 0 and same.stdout == "gpudoctor: same verdicts on A and B; 0 environment differences\n"
+    # A verdict linked to more differences than the default shows: -v lists them all.
+    torch = b["environment"]["torch"]  # cuDNN and the SDP settings bear on sdpa-no-kernel too
+    torch["cudnn"].update(loaded="9.11.0", version=91100)
+    torch["sdp"]["flash_enabled"] = False
+    torch["built_with_cuda"] = "12.9"
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    d = rdiff.diff_reports(a, b)
+    links = d.verdicts[0].explained_by
+    default = runner.invoke(app, args).stdout
+    verbose = runner.invoke(app, [*args, "-v"]).stdout
+    assert sum("likely:" in line for line in default.splitlines()) == min(3, len(links))
+    assert sum("likely:" in line for line in verbose.splitlines()) == len(links)
+    assert len(links) > 3 and f"... {len(links) - 3} more (-v shows them)" in default
+
+
 def test_list_values_show_what_was_added_and_removed():
     a, b = pair()
     b["environment"]["torch"]["arch_list"] = ["sm_80", "sm_90"]

@@ -26,7 +26,6 @@ from gpudoctor.reports.render import (
     environment_brief,
     load_kb_entry,
     load_schema,
-    render_explanation_markdown,
     render_json,
     render_markdown,
     render_terminal,
@@ -279,23 +278,35 @@ def test_terminal_colour_follows_the_console():
     assert "\x1b[" in console.file.getvalue()
 
 
-def test_explanation_markdown():
+def test_explanation_markdown_is_explains_own_and_inert():
+    """`explain --format md` has one renderer, gpudoctor.explain.render_markdown (reports.render
+    renders reports only): untrusted evidence is escaped, the knowledge base's prose keeps its code
+    spans but not stray HTML, the patch is fenced whole."""
     from gpudoctor import explain as ex
     from gpudoctor.kb import load_entry
     from gpudoctor.matcher import match_chunks
+    from gpudoctor.reports import render
     from gpudoctor.textinput import iter_text
 
+    assert not hasattr(render, "render_explanation_markdown")
     text = "[rank0]: RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float <b>"
     matches = tuple(match_chunks(iter_text(text)))
-    md = render_explanation_markdown(ex.Explanation(matches=matches, entry=matches[0].entry))
-    assert md.startswith("### Known failures in this text")
-    assert "| 1 | `dtype-mismatch` |" in md and "<b>" not in md and "\\[rank0\\]" in md
-    assert "**Fix**" in md and "Full entry: `gpudoctor explain dtype-mismatch`" in md
+    md = ex.render_markdown(ex.Explanation(matches=matches, entry=matches[0].entry))
+    assert md.startswith("## `dtype-mismatch`: ")
+    assert "- line 1: \\[rank0\\]" in md and "<b>" not in md  # escaped, not HTML or a link
+    assert "**Fix:**" in md and "### Patch" in md
     entry = load_entry("misaligned-address")
-    md = render_explanation_markdown(ex.Explanation(matches=(), entry=entry))
-    assert md.startswith("## ") and "(`misaligned-address`)" in md.splitlines()[0]
+    md = ex.render_markdown(ex.Explanation(matches=(), entry=entry))
+    assert md.splitlines()[0].startswith("## `misaligned-address`: ")
     assert "```" + (entry.patch_lang or "") in md and entry.patch.splitlines()[0] in md
-    none = render_explanation_markdown(ex.Explanation(matches=(), entry=None))
+    assert f"[{entry.references[0].title}](<{entry.references[0].url}>)" in md
+    # Prose with a placeholder in angle brackets stays visible on GitHub; code spans stay code.
+    import dataclasses
+
+    odd = dataclasses.replace(entry, what="Set TORCH_CUDA_ARCH_LIST=<your arch>, then run `x<y`.")
+    body = ex.render_markdown(ex.Explanation(matches=(), entry=odd)).split("### What happened", 1)[1]
+    assert "TORCH_CUDA_ARCH_LIST=\\<your arch>" in body and "`x<y`" in body
+    none = ex.render_markdown(ex.Explanation(matches=(), entry=None))
     assert "No known failure matched" in none
 
 

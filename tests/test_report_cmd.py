@@ -62,6 +62,18 @@ def test_report_renders_text_md_and_json_with_scans_exit_code(tmp_path):
     assert invoke("report", write(tmp_path, healthy())).exit_code == 0
 
 
+def test_report_quiet_is_the_verdict_line_as_scan_prints_it(tmp_path):
+    from gpudoctor.reports import render
+    from gpudoctor.reports.model import report_from_dict
+    from gpudoctor.reports.redact import redact_report
+
+    r = invoke("report", str(SAMPLE), "-q")
+    expected = render.verdict(report_from_dict(load.sanitize(redact_report(sample())))).line
+    assert r.exit_code == 1 and r.stdout == f"gpudoctor: {expected}\n" and "NOT HEALTHY" in expected
+    healthy_run = invoke("report", write(tmp_path, healthy()), "-q")
+    assert healthy_run.exit_code == 0 and healthy_run.stdout == "gpudoctor: healthy\n"
+
+
 def test_report_writes_to_a_file_and_infers_the_format(tmp_path):
     out = tmp_path / "report.md"
     r = invoke("report", str(SAMPLE), "-o", str(out))
@@ -260,8 +272,18 @@ def test_output_paths_are_checked_before_reading(tmp_path):
     assert target.read_text() == "mine"
 
 
-def test_write_failure_is_one_line(tmp_path):
-    if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full here")
-    r = invoke("report", str(SAMPLE), "-o", "/dev/full")
-    assert r.exit_code == 2 and r.stderr.startswith("gpudoctor: cannot write /dev/full")
+def test_write_failure_is_one_line(tmp_path, monkeypatch):
+    if os.path.exists("/dev/full"):  # refused before the report is read, as by every command
+        r = invoke("report", str(SAMPLE), "-o", "/dev/full")
+        assert r.exit_code == 2 and r.stderr == "gpudoctor: -o /dev/full: is /dev/full, where every write fails\n"
+    out = tmp_path / "r.md"
+    out.write_text("old")
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    r = invoke("report", str(SAMPLE), "-o", str(out))
+    assert r.exit_code == 2
+    assert r.stderr == f"gpudoctor: cannot write {out}: No space left on device; the old file, if any, is unchanged\n"
+    assert out.read_text() == "old" and os.listdir(tmp_path) == ["r.md"]

@@ -37,6 +37,8 @@ For debugging consider passing CUDA_LAUNCH_BLOCKING=1
 ENTRY = {
     "id": "misaligned-address",
     "title": "CUDA error: misaligned address",
+    "cause": "A kernel used a vector access on an address not aligned to its width.",
+    "quick_fix": "Call .contiguous() before the kernel and re-run with CUDA_LAUNCH_BLOCKING=1.",
     "applicability": "unsafe",
     "fix_safety": "A copy costs memory and time.",
     "probes": ["shape-sync", "contiguity"],
@@ -45,8 +47,9 @@ ENTRY = {
     "fix": ["Re-run with CUDA_LAUNCH_BLOCKING=1.", "Make the input contiguous: x = x.contiguous()."],
     "patch": "-y = kernel(x)\n+y = kernel(x.contiguous())",
     "patch_lang": "diff",
-    "references": [{"title": "CUDA C Programming Guide: alignment", "url": "https://docs.nvidia.com/cuda/"},
-                   {"title": "an unpublished note", "seed": "000_secret.txt"}],
+    "references": [{"title": "CUDA C Programming Guide: alignment", "url": "https://docs.nvidia.com/cuda/"}],
+    # Provenance for maintainers: a field that is never printed, in the ticket or anywhere else.
+    "origin": "an unpublished note, 000_secret.txt",
     "patterns": [{"name": "msg", "regex": "misaligned address", "keyword": "misaligned", "weight": 0.9}],
     "examples": [],
 }
@@ -65,10 +68,11 @@ def _result(output: str = OUTPUT, argv=("python", "train.py", "--token", "hf_AbC
 
 def _diagnosis(output: str = OUTPUT) -> ticket.Diagnosis:
     entry, trailer = parse_entry(ENTRY, "test"), parse_entry(TRAILER, "test")
+    # Lines of OUTPUT, as the matcher numbers them (test_match_lines_are_lines_of_output_log checks that).
     matches = (
-        Match(entry, 0.95, ("RuntimeError: CUDA error: misaligned address",)),
+        Match(entry, 0.95, ("RuntimeError: CUDA error: misaligned address",), lines=(9,), first_line=9),
         Match(trailer, 0.25, ("CUDA kernel errors might be asynchronously reported at some other API call",),
-              context_only=True),
+              context_only=True, lines=(10,), first_line=10),
     )
     return ticket.Diagnosis(matches, pytrace.failing_traceback(pytrace.parse_tracebacks(output)))
 
@@ -108,6 +112,33 @@ def test_ticket_says_what_a_maintainer_needs_and_nothing_private():
     assert "step 30" in text and "step 10" not in text  # progress bars keep their last state
     for private in ("alice", "gpubox", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "000_secret", "unpublished"):
         assert private not in text, private
+
+
+def test_ticket_says_where_in_the_log_each_match_was_found():
+    text = ticket.render_markdown(_ticket())
+    assert ("**Where**: `misaligned-address` found on line 9 of output.log; the traceback blames "
+            "`~/proj/train.py:38` in `main`: `print(loss.item())`") in text
+    assert "| `async-error-reporting` | 25% (context) | 10 |" in text
+    assert "Output (lines 1-11 of output.log, redacted)" in text
+    record = _ticket()
+    assert record["diagnosis"]["lines_in"] == "output.log"
+    assert [m["line"] for m in record["diagnosis"]["matches"]] == [9, 10]
+
+
+def test_match_lines_are_lines_of_output_log(tmp_path):
+    """The numbers the ticket prints point at the right lines of the bundle's output.log, also when
+    the output lost bytes in the middle and redraws lines with carriage returns."""
+    flood = "".join(f"progress {i}\r" for i in range(50)) + "\n" + "noise\n" * 200_000
+    result = _result(OUTPUT.replace("step done\n", flood))
+    assert result.output.omitted  # the record kept a head and a tail
+    diagnosis = ticket.diagnose(ticket.output_text(result))
+    record = ticket.build_ticket(result, diagnosis, redactor=Redactor(home="/home/alice", user="alice", host="gpubox"))
+    folder, _, _ = ticket.write_bundle(str(tmp_path / "b"), record)
+    log = (pathlib.Path(folder) / "output.log").read_text().split("\n")
+    for m in record["diagnosis"]["matches"]:
+        for text, line in zip(m["evidence"], m["evidence_lines"]):
+            assert text in log[line - 1], (m["id"], line)
+    assert record["diagnosis"]["matches"][0]["id"] == "misaligned-address"
 
 
 def test_huge_output_is_cut_to_fit_under_the_limit():

@@ -2,9 +2,11 @@
 one-line usage errors. Fake probes keep it fast."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 
+import pytest
 from typer.testing import CliRunner
 
 from gpudoctor.cli import app
@@ -30,8 +32,13 @@ def test_json_to_stdout_is_only_json_and_exit_0():
     assert data["schema_version"] and data["redacted"] is True
     [res] = data["results"]
     assert res["probe"] == "fake-ok" and res["status"] == "pass"
-    assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64], "requested_device": "cuda:0"}
+    # The probe is told what was asked for: no --device means auto (cuda:0 when torch sees one, else cpu).
+    assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64], "requested_device": "auto"}
+    assert data["invocation"]["options"]["device"] == "auto"
     assert "fake-ok" in result.stderr  # progress went to stderr
+    explicit = scan(*files("ok"), "--probe", "fake-ok", "--device", "cpu", "--format", "json", "-q")
+    assert explicit.exit_code == 0, explicit.output
+    assert json.loads(explicit.stdout)["results"][0]["details"]["options"] == {"requested_device": "cpu"}
 
 
 def test_crash_exits_1_and_files_are_written(tmp_path):
@@ -104,6 +111,7 @@ def test_json_through_a_symlink_and_a_fifo(tmp_path):
     assert fifo.is_fifo() and json.loads(got[0])["results"][0]["status"] == "pass"
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch itself judges the device")
 def test_a_device_torch_does_not_know_or_lacks_is_a_usage_error():
     for device, text in (("nosuchdevice:0", "RuntimeError: Expected one of"),
                          ("mps", "torch.mps.is_available() is False in this environment")):

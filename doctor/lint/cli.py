@@ -5,7 +5,9 @@ which lints, applies or shows fixes, renders, and returns the exit code:
     1  findings (with --diff: fixes to show)
     2  usage or configuration error, or a file that could not be read, decoded or parsed
 
-Messages for people go to stderr; stdout carries only the chosen format.
+Messages for people go to stderr; stdout carries only the chosen format. The output itself (-o,
+standard output, a closed pipe) follows the CLI's convention, implemented once in
+gpudoctor.output.
 """
 from __future__ import annotations
 
@@ -57,14 +59,13 @@ def run(opts: Options) -> int:
     if opts.jobs is not None and opts.jobs < 1:
         _err(f"--jobs {opts.jobs}: must be at least 1")
         return EXIT_ERROR
-    if opts.output not in (None, "-"):
-        import os
+    if opts.output not in (None, "-"):  # gpudoctor.cli checked it already; direct callers get the same rules
+        from gpudoctor.output import OutputError, check_output
 
-        if os.path.isdir(opts.output):
-            _err(f"--output {opts.output}: is a directory")
-            return EXIT_ERROR
-        if not os.path.isdir(os.path.dirname(os.path.abspath(opts.output))):
-            _err(f"--output {opts.output}: no such directory")
+        try:
+            check_output("-o", opts.output)
+        except OutputError as exc:
+            _err(str(exc))
             return EXIT_ERROR
     started = time.perf_counter()
     try:
@@ -111,7 +112,8 @@ def run(opts: Options) -> int:
             result.errors += again.errors
         if opts.diff:
             out = "".join(shown)
-            _emit(opts, out)
+            if not _emit(opts, out):
+                return EXIT_ERROR
             if not opts.quiet:
                 n = sum(1 for f in result.findings if fixes.applicable(f, opts.unsafe_fixes))
                 sys.stderr.write(f"gpudoctor lint: {n} fix{'es' * (n != 1)} would be applied\n" if out else
@@ -137,10 +139,7 @@ def run(opts: Options) -> int:
         out = render.markdown(result)
     else:
         out = render.text(result)
-    try:
-        _emit(opts, out)
-    except OSError as exc:
-        _err(f"--output {opts.output}: {exc.strerror or exc}")
+    if not _emit(opts, out):
         return EXIT_ERROR
     _errors(result)
     if not opts.quiet:
@@ -152,20 +151,18 @@ def run(opts: Options) -> int:
     return EXIT_FINDINGS if result.findings else EXIT_OK
 
 
-def _emit(opts: Options, out: str) -> None:
-    if opts.output in (None, "-"):
-        sys.stdout.write(out)
-        sys.stdout.flush()
-    else:
-        import os
+def _emit(opts: Options, out: str) -> bool:
+    """Write `out` as every gpudoctor command writes (gpudoctor.output): standard output, or the
+    file replaced atomically, never through a link. False (after one line on stderr) when it could
+    not be written; a closed pipe propagates (the CLI exits 141)."""
+    from gpudoctor.output import Format, Output, OutputError, emit_text
 
-        from gpudoctor.lint.fixes import write_atomic
-
-        if os.path.exists(opts.output) and not os.path.isfile(opts.output):  # /dev/stdout, a FIFO
-            with open(opts.output, "w", encoding="utf-8") as fh:
-                fh.write(out)
-            return
-        write_atomic(opts.output, out.encode("utf-8"))
+    try:
+        emit_text(Output(Format(opts.fmt), opts.output or "-", "-o"), out)
+    except OutputError as exc:
+        _err(str(exc))
+        return False
+    return True
 
 
 def _errors(result) -> None:

@@ -1,4 +1,4 @@
 """`python -m gpudoctor`: the same entry point as the console script."""
-from gpudoctor.cli import main
+from gpudoctor.entry import main
 
 main()

@@ -691,5 +691,10 @@ app.command(name="list", help=command_help(list_entries))(list_entries)
 
 
 def main() -> None:
-    from gpudoctor.spawn import early_start; early_start()  # noqa: E702  first: torch imports meanwhile
+    # The console script (gpudoctor.entry) has started a scan's worker before importing this
+    # module; a caller that comes straight here still gets it. Other commands import nothing.
+    if sys.argv[1:2] == ["scan"]:
+        from gpudoctor.spawn import early_start
+
+        early_start()
     app()

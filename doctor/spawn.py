@@ -31,8 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence  # not typing: 2 ms the console script need not pay
 
 MARKER_VAR = "GPUDOCTOR_WORKER"
 PARENT_VAR = "GPUDOCTOR_PARENT"
@@ -120,15 +119,22 @@ def signals_deferred() -> Iterator[None]:
             os.kill(os.getpid(), signum)  # now the handler can end what was started
 
 
-@dataclass
 class Launched:
-    """A started worker process, before the runner wraps it."""
+    """A started worker process, before the runner wraps it. (A plain class: `dataclasses` costs
+    the console script ~8 ms before it can start the first worker.)"""
 
-    proc: subprocess.Popen
-    python: str
-    marker: str
-    torch: str  # "full", "light" or "no": whether it imports torch before reading its config
-    started: float = field(default_factory=time.monotonic)
+    __slots__ = ("proc", "python", "marker", "torch", "started")
+
+    def __init__(self, proc: subprocess.Popen, python: str, marker: str, torch: str,
+                 started: float | None = None) -> None:
+        self.proc = proc
+        self.python = python
+        self.marker = marker
+        self.torch = torch  # "full", "light" or "no": whether it imports torch before reading its config
+        self.started = time.monotonic() if started is None else started
+
+    def __repr__(self) -> str:
+        return f"Launched(pid={self.proc.pid}, python={self.python!r}, torch={self.torch!r})"
 
 
 def _package_dirs() -> list[str]:
@@ -307,11 +313,13 @@ def end_all() -> None:
         end_tree(None, markers)
 
 
-@dataclass
 class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
+    __slots__ = ("returncode", "stdout", "stderr")
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
 
 
 def run_bounded(argv: Sequence[str], timeout: float) -> Completed:

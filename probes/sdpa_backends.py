@@ -329,7 +329,7 @@ def _not_run(backend: str, dname: str, case: Case, why: str) -> dict[str, Any]:
 
 
 def run(ctx: ProbeContext) -> Outcome:
-    with ctx.device_guard():
+    with ctx.device_guard(), att.cpu_threads(ctx.torch, ctx.device):
         return _run(ctx)
 
 

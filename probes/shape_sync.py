@@ -12,8 +12,9 @@ conversions with a TorchFunctionMode, counts CUDA syncs with `torch.cuda.set_syn
 and times each variant, on CUDA also behind a queue of real work, where a sync waits for all of it.
 
 The measurement is information, not a finding: `int()` on a device tensor always syncs, on every
-healthy GPU, so the probe passes with the measured cost in its summary and details. It fails only
-when shape arithmetic gives wrong values.
+healthy GPU, so the probe passes. It fails only when shape arithmetic gives wrong values. The
+verdict and the summary come from counts (ops, conversions, syncs), which are the same on an idle
+and on a loaded machine; the timings are details only, for the reader.
 """
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def run(ctx: ProbeContext) -> Outcome:
     cuda = ctx.is_cuda
     as_tensors = tuple(torch.tensor(v, device=ctx.device) for v in SHAPE)
     expected = SHAPE[0] * SHAPE[1] * SHAPE[2]
-    calls = 200 if cuda else 2000
+    # Timings are details only (see the docstring): a few hundred calls give a stable best-of-3.
+    calls = 200
 
     variants: dict[str, dict[str, Any]] = {}
     for name, fn, on_tensors in VARIANTS:
@@ -165,15 +167,20 @@ def run(ctx: ProbeContext) -> Outcome:
                        details)
 
     syncs = {n: v.get("syncs", 0) for n, v in variants.items()}
+    # Counts only: the summary must read the same on an idle and on a loaded machine.
     numbers = (
-        f"tensor arithmetic {variants['tensor-arithmetic']['per_call_us']:.1f} us "
-        f"({variants['tensor-arithmetic']['tensor_ops']} ops, "
+        f"tensor arithmetic {variants['tensor-arithmetic']['tensor_ops']} ops + "
         f"{variants['tensor-arithmetic']['host_conversions']} int conversions"
-        + (f", {syncs['tensor-arithmetic']} syncs" if cuda else "")
-        + f"), int each {variants['int-each']['per_call_us']:.1f} us "
-        f"({variants['int-each']['host_conversions']} int conversions"
-        + (f", {syncs['int-each']} syncs" if cuda else "")
-        + f"), python ints {base['per_call_us']:.2f} us"
+        + (f" ({syncs['tensor-arithmetic']} syncs)" if cuda else "")
+        + f", int each {variants['int-each']['host_conversions']} int conversions"
+        + (f" ({syncs['int-each']} syncs)" if cuda else "")
+        + f", python ints {base['tensor_ops'] + base['host_conversions']} torch calls"
+        + (f" ({syncs['python-ints']} syncs)" if cuda else "")
+    )
+    details["timing"] = (
+        f"per call: tensor arithmetic {variants['tensor-arithmetic']['per_call_us']:.1f} us, int each "
+        f"{variants['int-each']['per_call_us']:.1f} us, python ints {base['per_call_us']:.2f} us "
+        "(best of 3; machine load changes these, never the verdict)"
     )
     details["fix"] = ("pass Python ints for shapes (x.shape[i] already is one); a traceback that "
                       "ends at such an int() line reports an earlier asynchronous kernel error")

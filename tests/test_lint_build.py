@@ -1,5 +1,5 @@
-"""GPU006 (single-architecture CUDA builds) in Python, CMake, shell scripts, Makefiles and
-Dockerfiles, and the model of nvcc's flags it rests on, checked against nvcc itself."""
+"""GPU006 (CUDA builds that leave newer GPUs without a kernel) in Python, CMake, shell scripts,
+Makefiles and Dockerfiles, and the model of nvcc's flags it rests on, checked against nvcc itself."""
 from __future__ import annotations
 
 import re
@@ -19,17 +19,21 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension, load
 os.environ["TORCH_CUDA_ARCH_LIST"] = "8.6"  # <-
 
 ext = load(name="custom_module", sources=["module.cpp", "kernel.cu"],
-           extra_cuda_cflags=["-arch=sm_86"])  # <-
+           extra_cuda_cflags=["-arch=sm_86"])  # a lone -arch embeds compute_86 PTX: newer GPUs JIT it
 
 nvcc_flags = ["-O3", "-gencode", "arch=compute_86,code=sm_86"]  # <-
 setup(ext_modules=[CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": nvcc_flags})])
 
-several = ["-gencode", "arch=compute_80,code=sm_80"]
+several = ["-gencode", "arch=compute_80,code=sm_80"]  # <-
 several.append("-gencode")
 several.append("arch=compute_90,code=sm_90")
 
+every_family = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+                "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_120,code=sm_120"]
 with_ptx = ["-gencode", "arch=compute_86,code=[sm_86,compute_86]"]
-specific = ["-gencode", "arch=compute_90a,code=sm_90a"]
+specific = ["-gencode", "arch=compute_90a,code=sm_90a"]  # <-
+shorthand_specific = ["-arch=sm_90a"]  # nvcc 13.0 adds generic compute_90 PTX
+blackwell_family = ["-gencode", "arch=compute_120f,code=sm_120f"]
 native = ["-arch=native"]
 computed = ["-gencode", f"arch=compute_{cc},code=sm_{cc}"]
 extended = ["-gencode", "arch=compute_80,code=sm_80"] + extra_flags
@@ -40,10 +44,16 @@ docs = "use -gencode arch=compute_86,code=sm_86 to build"   # prose, not flags
 def test_python_flags(tmp_path):
     result = lint_source(tmp_path, SETUP_PY, name="setup.py", select=["GPU006"])
     assert lines(result, "GPU006") == marked_lines(SETUP_PY)
-    env, lone, gencode = sorted(result.findings, key=lambda f: f.line)
+    env, gencode, several, specific = sorted(result.findings, key=lambda f: f.line)
     assert env.fix.applicability == "safe" and "no PTX" in env.message
-    assert lone.fix.applicability == "display-only" and "JIT" in lone.message
+    assert "sm_90 (H100)" in env.message and "sm_120/sm_121 (RTX 50xx, DGX Spark)" in env.message
     assert gencode.fix.applicability == "safe"
+    # Two architectures, no PTX: the B200 and the RTX 5090 have nothing; the fix adds PTX to the newest.
+    assert several.fix.applicability == "safe"
+    assert "so sm_100/sm_103 (B200, B300), sm_120/sm_121 (RTX 50xx, DGX Spark) fail" in several.message
+    assert [e.text for e in several.fix.edits] == ["[sm_90,compute_90]"]
+    # sm_90a code runs on the H100 alone; no automatic fix can choose for its kernels.
+    assert specific.fix.applicability == "display-only" and "9.0 only" in specific.message
 
 
 def test_python_arch_list_alternatives_are_left_alone(tmp_path):
@@ -103,13 +113,20 @@ def test_build_files(tmp_path):
 
 
 def _nvcc_images(flags: str) -> tuple[set[int], set[int]]:
+    """(SASS, PTX) architectures of the generic images nvcc --dryrun says it embeds."""
+    names = _nvcc_image_names(flags)
+    return ({int(n[3:]) for n in names if n.startswith("sm_") and n[-1].isdigit()},
+            {int(n[8:]) for n in names if n.startswith("compute_") and n[-1].isdigit()})
+
+
+def _nvcc_image_names(flags: str) -> set[str]:
+    """Every image nvcc --dryrun says it embeds: {"sm_86", "compute_86", "sm_90a", ...}."""
     proc = subprocess.run(["nvcc", *flags.split(), "--dryrun", "-c", "k.cu", "-o", "k.o"],
                           capture_output=True, text=True, timeout=60)
     text = proc.stdout + proc.stderr
     assert "fatal" not in text, text
-    sass = {int(m) for m in re.findall(r"--image3=kind=elf,sm=(\d+)\b", text)}
-    ptx = {int(m) for m in re.findall(r"--image3=kind=ptx,sm=(\d+)\b", text)}
-    return sass, ptx
+    images = re.findall(r"--image3=kind=(elf|ptx),sm=(\d+[af]?)\b", text)
+    return {("sm_" if kind == "elf" else "compute_") + arch for kind, arch in images}
 
 
 @pytest.mark.nvcc
@@ -123,13 +140,19 @@ def _nvcc_images(flags: str) -> tuple[set[int], set[int]]:
     "-gencode arch=compute_86,code=sm_86",
     "-gencode=arch=compute_86,code=[sm_86,compute_86]",
     "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90",
+    "-gencode arch=compute_90a,code=sm_90a",
+    "-gencode arch=compute_90a,code=[sm_90a,compute_90a]",
+    "-gencode arch=compute_100f,code=sm_100f",
+    "-arch=sm_90a",
+    "-arch=sm_120f",
+    "-arch=sm_75 -gencode arch=compute_90,code=sm_90",
 ])
 def test_the_flag_model_agrees_with_nvcc(flags):
     """What archflags believes nvcc embeds is what nvcc --dryrun says it embeds."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     t = archflags.nvcc_targets([archflags.Tok(w) for w in flags.split()])
-    assert (t.sass, t.ptx) == _nvcc_images(flags)
+    assert {x.name for x in t.code_targets()} == _nvcc_image_names(flags)
 
 
 @pytest.mark.nvcc
@@ -149,17 +172,45 @@ def test_the_safe_fix_adds_ptx_and_keeps_the_sass(tmp_path):
 
 
 @pytest.mark.parametrize("value, verdict", [
-    ("8.6", True), ("8.6+PTX", False), ("8.0;8.6", False), ("8.6 9.0", False), ("Ampere", False),
-    ("9.0a", False), ("$ARCHS", False), ("12.0", True),
+    ("8.6", True), ("8.6+PTX", False), ("Ampere", False), ("$ARCHS", False),
+    # several architectures without PTX fail on every GPU newer than the newest of them
+    ("8.0;8.6", True), ("8.6 9.0", True), ("7.0;8.0;8.6", True), ("8.0;8.6;9.0;10.0", True),
+    ("7.0;8.0;8.6+PTX", False), ("8.0;8.6;9.0;10.0;12.0", False), ("8.0;8.6;9.0;10.0;12.0+PTX", False),
+    # leaving out older GPUs, or a gap between targets, is a choice
+    ("12.0", False), ("8.0;12.0", False), ("9.0;10.0;12.0", False),
+    # arch-specific targets run on one GPU (sm_120a not on the 12.1 DGX Spark); family targets
+    # within their major version
+    ("9.0a", True), ("9.0a;10.0a", True), ("9.0;9.0a", True), ("12.0a", True), ("12.0f", False),
+    ("10.0f", True), ("9.0a;10.0;12.0", False),
 ])
 def test_torch_arch_list_values(value, verdict):
     t = archflags.torch_arch_targets([archflags.Tok(value, 0)])
     assert (archflags.judge(t, "TORCH_CUDA_ARCH_LIST") is not None) is verdict
 
 
+def test_the_message_names_the_gpus_left_without_a_kernel():
+    def message(value):
+        return archflags.judge(archflags.torch_arch_targets([archflags.Tok(value, 0)]), "TORCH_CUDA_ARCH_LIST").message
+
+    assert "so sm_120/sm_121 (RTX 50xx, DGX Spark) fail" in message("8.0;8.6;9.0;10.0")
+    assert "so sm_90 (H100), sm_100/sm_103 (B200, B300), sm_120/sm_121 (RTX 50xx, DGX Spark) fail" \
+        in message("7.0;8.0;8.6")
+    assert "so sm_103 (B300), sm_120/sm_121" in message("9.0a;10.0a")  # sm_100a does not run on 10.3
+    assert "(10.0+PTX)" in message("8.0;8.6;9.0;10.0")
+
+
+def test_the_safe_fix_adds_ptx_to_the_newest_entry_only():
+    value = "7.0;8.0;8.6"
+    verdict = archflags.judge(archflags.torch_arch_targets([archflags.Tok(value, 0)]), "TORCH_CUDA_ARCH_LIST")
+    (edit,) = verdict.edits
+    fixed = value[:edit.start] + edit.text + value[edit.end:]
+    assert fixed == "7.0;8.0;8.6+PTX"
+    assert archflags.judge(archflags.torch_arch_targets([archflags.Tok(fixed, 0)]), "TORCH_CUDA_ARCH_LIST") is None
+
+
 @pytest.mark.parametrize("value, verdict", [
-    ("86-real", True), ("86", False), ("86-virtual", False), ("80-real;86-real", False), ("native", False),
-    ("all-major", False), ("90a-real", False),
+    ("86-real", True), ("86", False), ("86-virtual", False), ("80-real;86-real", True), ("80-real;86", False),
+    ("native", False), ("all-major", False), ("90a-real", True), ("80-real;90-real;100-real;120-real", False),
 ])
 def test_cmake_architecture_values(value, verdict):
     t = archflags.cmake_arch_targets([archflags.Tok(value, 0)])

@@ -28,7 +28,8 @@ def test_growth_naive_quadratic_sdpa_linear(outcome):
 
 def test_naive_and_sdpa_agree(outcome):
     errs = outcome.details["max_abs_error"]
-    assert all(errs[f"naive_vs_sdpa/N={n}"] < 1e-4 for n in am.SEQ_LENS)
+    assert all(errs[f"naive_vs_sdpa/N={n}"] < 1e-4 for n in outcome.details["seq_lens"])
+    assert outcome.details["seq_lens"] == list(am.CPU_SEQ_LENS)
 
 
 def test_seed_001_prediction(outcome):

@@ -1,15 +1,30 @@
-"""GPU006: what a set of CUDA build flags compiles for, and the build-file scanners (CMake, shell
-scripts, Makefiles, Dockerfiles). The Python side (setup.py, cpp_extension.load) collects its flag
-lists in `pyrules` and judges them here.
+"""GPU006: what a set of CUDA build flags compiles for, which GPUs get no kernel from it, and the
+build-file scanners (CMake, shell scripts, Makefiles, Dockerfiles). The Python side (setup.py,
+cpp_extension.load) collects its flag lists in `pyrules` and judges them here.
 
-nvcc semantics (checked with nvcc 13.0 --dryrun):
+nvcc semantics (checked with nvcc 13.0: --dryrun, and real builds read back with cuobjdump and
+gpudoctor.fatbin; tests/test_lint_build.py and tests/test_knowledge_facts.py hold them):
   -arch=sm_86 alone                 SASS sm_86 + PTX compute_86 (nvcc's shorthand)
+  -arch=sm_90a alone                SASS sm_90a + PTX compute_90a + PTX compute_90 (nvcc 13.0)
   -arch=compute_86 alone            PTX compute_86 only
   -arch=compute_86 -code=sm_86      SASS sm_86 only
   -gencode arch=compute_86,code=sm_86               SASS only
   -gencode arch=compute_86,code=[sm_86,compute_86]  SASS + PTX
+  -arch=sm_XY together with -gencode                both: the shorthand's images are added
 TORCH_CUDA_ARCH_LIST "8.6" gives -gencode arch=compute_86,code=sm_86 (no PTX); "8.6+PTX" adds
-PTX. CMake CUDA_ARCHITECTURES "86" is real + virtual (PTX included), "86-real" SASS only.
+PTX; "9.0a" gives code=sm_90a. CMake CUDA_ARCHITECTURES "86" is real + virtual (PTX included),
+"86-real" SASS only.
+
+What runs where is `gpudoctor.fatbin.runs_on`: SASS within its major version (minor >= its own),
+PTX on its architecture and every newer one, `a` (arch-specific) code on exactly one compute
+capability, `f` (family) code within the major version.
+
+The verdict (precision over recall): a build is reported when a GPU in use today that is NEWER
+than the build's newest target gets no kernel from it (no SASS that fits and no PTX to JIT): that
+is the "works on my RTX 4090, 'no kernel image' on the H100 / B200 / RTX 5090" failure. Older GPUs
+left out, gaps between listed targets, and lists that reach the newest family are choices, not
+findings; so are a lone -arch=sm_XY (its PTX JITs on newer GPUs), native/all, named architectures
+and flags built from variables.
 
 torch.utils.cpp_extension drops its own arch flags (those from TORCH_CUDA_ARCH_LIST) as soon as
 any user flag mentions "arch", so a hard-coded flag decides alone.
@@ -19,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpudoctor.fatbin import CodeTarget, coverage
 from gpudoctor.lint.model import Edit
 
 FLAG_HINT = re.compile(r"-arch\b|--gpu-architecture|-gencode|--generate-code|arch=compute_|-code\b|--gpu-code|"
@@ -27,6 +43,21 @@ _ARCH = re.compile(r"^(sm|compute|lto)_(\d+)([af]?)$")
 _VARIABLE = re.compile(r"\$|%[sd]|\{\}|\{[A-Za-z_]")
 _TORCH_ENTRY = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.IGNORECASE)
 _CMAKE_ENTRY = re.compile(r"^(\d+)([af]?)(-real|-virtual)?$")
+
+# The GPUs people run PyTorch on today, by compute capability: a build is judged by which of
+# these it leaves without a kernel. (Jetson parts are left out: their builds are made for them.)
+GPUS: dict[tuple[int, int], str] = {
+    (7, 0): "V100",
+    (7, 5): "T4",
+    (8, 0): "A100",
+    (8, 6): "RTX 30xx",
+    (8, 9): "RTX 40xx",
+    (9, 0): "H100",
+    (10, 0): "B200",
+    (10, 3): "B300",
+    (12, 0): "RTX 50xx",
+    (12, 1): "DGX Spark",
+}
 
 
 @dataclass(frozen=True)
@@ -39,18 +70,37 @@ class Tok:
 
 @dataclass
 class Targets:
+    """What one set of flags builds. `sass`/`ptx` hold the generic targets (86 for sm_86 /
+    compute_86); `variant` the arch- and family-specific ones (sm_90a, compute_100f)."""
+
     sass: set[int] = field(default_factory=set)
     ptx: set[int] = field(default_factory=set)
+    variant: set[CodeTarget] = field(default_factory=set)
     unknown: bool = False  # a variable or something not understood
-    special: bool = False  # native / all / arch-specific (sm_90a): deliberate, never judged
+    special: bool = False  # native / all / named architectures (Ampere): deliberate, never judged
     lone_arch: Tok | None = None  # -arch=sm_XY without -code
     shell: bool = False
     anchor: Tok | None = None  # where to report
-    fixes: list[Edit] = field(default_factory=list)  # edits that only add PTX
+    fixes: dict[int, list[Edit]] = field(default_factory=dict)  # per architecture: edits that only add PTX
 
     @property
     def archs(self) -> set[int]:
-        return self.sass | self.ptx
+        return self.sass | self.ptx | {t.sm for t in self.variant}
+
+    def code_targets(self) -> list[CodeTarget]:
+        return ([CodeTarget(n // 10, n % 10, "sass") for n in self.sass]
+                + [CodeTarget(n // 10, n % 10, "ptx") for n in self.ptx] + sorted(self.variant))
+
+    def add(self, kind: str, n: int, variant: str = "") -> None:
+        if kind == "lto":
+            return  # LTO-IR is linked, never loaded: it runs nowhere as is
+        if variant:
+            self.variant.add(CodeTarget(n // 10, n % 10, "sass" if kind == "sm" else "ptx", variant))
+        else:
+            (self.sass if kind == "sm" else self.ptx).add(n)
+
+    def fix(self, n: int, edit: Edit) -> None:
+        self.fixes.setdefault(n, []).append(edit)
 
 
 @dataclass(frozen=True)
@@ -58,6 +108,7 @@ class Verdict:
     anchor: Tok
     message: str
     edits: tuple[Edit, ...]
+    hint: str = ""  # the display-only fix when there are no edits
 
 
 def _fmt(arch: int) -> str:
@@ -68,7 +119,8 @@ def _cc(arch: int) -> str:
     return f"{arch // 10}.{arch % 10}"
 
 
-def _arch_word(word: str, t: Targets) -> tuple[str, int] | None:
+def _arch_word(word: str, t: Targets) -> tuple[str, int, str] | None:
+    """("sm" | "compute" | "lto", 86, "" | "a" | "f"), or None (marking `t` unknown or special)."""
     word = word.strip().strip("\"'\\")
     if word in ("native", "all", "all-major") or word.startswith(("all", "native")):
         t.special = True
@@ -80,10 +132,7 @@ def _arch_word(word: str, t: Targets) -> tuple[str, int] | None:
     if not m:
         t.unknown = True
         return None
-    if m.group(3):
-        t.special = True  # sm_90a / sm_100f: architecture-specific on purpose
-        return None
-    return m.group(1), int(m.group(2))
+    return m.group(1), int(m.group(2)), m.group(3)
 
 
 def _split_list(value: str) -> list[str]:
@@ -112,8 +161,6 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
                 _cmake_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
             elif word.startswith("-DTORCH_CUDA_ARCH_LIST="):
                 _torch_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
-            elif word.startswith("arch=compute_") and i > 0 and tokens[i - 1].text in ("-gencode", "--generate-code"):
-                pass  # consumed below with its flag
             i += 1
             continue
         flag, value = m.group(1), m.group(3)
@@ -138,13 +185,15 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
         tok, value = arch_value
         parsed = _arch_word(value, t)
         if parsed and code_value is None:
-            kind, n = parsed
+            kind, n, variant = parsed
             if kind == "sm":
-                t.sass.add(n)
-                t.ptx.add(n)
+                t.add("sm", n, variant)
+                t.add("compute", n, variant)
+                if variant:
+                    t.add("compute", n)  # nvcc 13.0 adds the generic PTX as well
                 t.lone_arch = tok
             elif kind == "compute":
-                t.ptx.add(n)
+                t.add("compute", n, variant)
     if code_value is not None:
         vtok, value = code_value
         codes = []
@@ -152,13 +201,13 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
             p = _arch_word(w, t)
             if p:
                 codes.append(p)
-                (t.sass if p[0] == "sm" else t.ptx).add(p[1])
+                t.add(p[0], p[1], p[2])
         virtual = _arch_word(arch_value[1], Targets()) if arch_value else None
-        if codes and all(k == "sm" for k, _ in codes) and len(codes) == 1 and virtual and virtual[0] == "compute" \
-                and virtual[1] == codes[0][1] and vtok.start is not None and value == vtok.text:
+        if len(codes) == 1 and codes[0][0] == "sm" and not codes[0][2] and virtual and virtual[0] == "compute" \
+                and virtual[1:] == codes[0][1:] and vtok.start is not None and value == vtok.text:
             n = codes[0][1]
             end = vtok.start + len(value)
-            t.fixes.append(Edit(end, end, f",compute_{n}"))
+            t.fix(n, Edit(end, end, f",compute_{n}"))
     return t
 
 
@@ -177,17 +226,18 @@ def _gencode(value: Tok, t: Targets) -> None:
         p = _arch_word(w, t)
         if p:
             codes.append(p)
-            (t.sass if p[0] == "sm" else t.ptx).add(p[1])
-    if virtual and len(codes) == 1 and codes[0][0] == "sm" and codes[0][1] == virtual[1] and value.start is not None:
+            t.add(p[0], p[1], p[2])
+    if virtual and not virtual[2] and len(codes) == 1 and codes[0] == ("sm", virtual[1], "") \
+            and value.start is not None:
         code_text = m.group(2)
         start = value.start + m.start(2)
         if code_text == f"sm_{virtual[1]}":
             n = virtual[1]
             if t.shell:
                 end = start + len(code_text)
-                t.fixes.append(Edit(end, end, f" -gencode arch=compute_{n},code=compute_{n}"))
+                t.fix(n, Edit(end, end, f" -gencode arch=compute_{n},code=compute_{n}"))
             else:
-                t.fixes.append(Edit(start, start + len(code_text), f"[sm_{n},compute_{n}]"))
+                t.fix(n, Edit(start, start + len(code_text), f"[sm_{n},compute_{n}]"))
 
 
 def _torch_values(values: list[Tok], t: Targets) -> None:
@@ -207,16 +257,14 @@ def _torch_values(values: list[Tok], t: Targets) -> None:
             if not m:
                 t.special = True  # named architectures (Ampere, Hopper) and anything else
                 continue
-            if m.group(3):
-                t.special = True
-                continue
             n = int(m.group(1)) * 10 + int(m.group(2))
-            t.sass.add(n)
+            variant = m.group(3).lower()
+            t.add("sm", n, variant)
             if m.group(4):
-                t.ptx.add(n)
-            elif v.start is not None and offset >= 0:
+                t.add("compute", n, variant)
+            elif not variant and v.start is not None and offset >= 0:
                 end = v.start + offset + where + len(entry)
-                t.fixes.append(Edit(end, end, "+PTX"))
+                t.fix(n, Edit(end, end, "+PTX"))
         if t.anchor is None:
             t.anchor = v
 
@@ -241,18 +289,14 @@ def _cmake_values(values: list[Tok], t: Targets) -> None:
             if not m:
                 t.unknown = True
                 continue
-            if m.group(2):
-                t.special = True
-                continue
-            n = int(m.group(1))
-            kind = m.group(3)
+            n, variant, kind = int(m.group(1)), m.group(2), m.group(3)
             if kind != "-virtual":
-                t.sass.add(n)
+                t.add("sm", n, variant)
             if kind != "-real":
-                t.ptx.add(n)
-            elif v.start is not None and offset >= 0:
+                t.add("compute", n, variant)
+            elif not variant and v.start is not None and offset >= 0:
                 start = v.start + offset + where + len(m.group(1))
-                t.fixes.append(Edit(start, start + len("-real"), ""))
+                t.fix(n, Edit(start, start + len("-real"), ""))
         if t.anchor is None:
             t.anchor = v
 
@@ -269,26 +313,68 @@ def cmake_arch_targets(values: list[Tok]) -> Targets:
     return t
 
 
+def left_out(t: Targets) -> list[tuple[int, int]]:
+    """The GPUs (`GPUS`) newer than the build's newest target that get no kernel from it."""
+    targets = t.code_targets()
+    if not targets:
+        return []
+    newest = max((x.major, x.minor) for x in targets)
+    return [cap for cap in GPUS if cap > newest and not coverage(targets, cap).ok]
+
+
+def _built(t: Targets) -> str:
+    """"SASS for sm_80, sm_86 and no PTX", "only sm_90a code (it runs on 9.0 alone)"."""
+    generic = sorted(t.sass)
+    parts = []
+    if generic:
+        parts.append("SASS for " + ", ".join(_fmt(n) for n in generic))
+    variant = sorted(t.variant, key=lambda x: (x.sm, x.variant))
+    specific = list(dict.fromkeys(f"sm_{x.sm}{x.variant}" for x in variant))
+    if specific:
+        runs = list(dict.fromkeys(f"{x.major}.{x.minor}" + ("" if x.variant == "a" else f"-{x.major}.x")
+                                  for x in variant))
+        parts.append(f"architecture-specific {', '.join(specific)} code (it runs on {', '.join(runs)} only)")
+    if t.ptx:
+        parts.append("PTX for " + ", ".join(f"compute_{n}" for n in sorted(t.ptx)))
+    else:
+        parts.append("no PTX newer GPUs could JIT-compile")
+    return " and ".join(parts) if len(parts) < 3 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _union(a: Targets, b: Targets) -> Targets:
+    return Targets(sass=a.sass | b.sass, ptx=a.ptx | b.ptx, variant=a.variant | b.variant,
+                   unknown=a.unknown or b.unknown, special=a.special or b.special, anchor=a.anchor or b.anchor)
+
+
 def judge(t: Targets, what: str) -> Verdict | None:
-    """The GPU006 verdict for one set of targets, or None (several architectures, PTX, a
-    variable, or a deliberate choice such as native or sm_90a)."""
-    if t.unknown or t.special or len(t.archs) != 1 or t.anchor is None:
+    """The GPU006 verdict for one set of targets: reported when GPUs newer than the build's
+    newest target get no kernel (see the module docstring); None otherwise, and for variables,
+    native/all and named architectures."""
+    if t.unknown or t.special or t.anchor is None or not t.archs:
         return None
-    (n,) = t.archs
-    newer = "sm_90 (H100), sm_100 (B200), sm_120 (RTX 50xx)" if n < 90 else "sm_120 (RTX 50xx)" if n < 120 else "newer GPUs"
-    if not t.ptx:
-        return Verdict(t.anchor, (
-            f"{what}: SASS for {_fmt(n)} only and no PTX, so every GPU of another architecture "
-            f"(e.g. {'sm_80 (A100), ' if n != 80 else ''}{newer}) fails with 'no kernel image is "
-            f"available'; add PTX ({_cc(n)}+PTX / code=[sm_{n},compute_{n}]) or list every target"),
-            tuple(t.fixes))
-    if t.lone_arch is not None and t.sass == {n}:
-        return Verdict(t.lone_arch, (
-            f"{what}: a hard-coded -arch={_fmt(n)} builds SASS for {_cc(n)} plus compute_{n} PTX, so GPUs older "
-            f"than {_cc(n)} have no kernel image and newer ones JIT-compile the PTX at first launch; "
-            f"it also overrides TORCH_CUDA_ARCH_LIST in torch.utils.cpp_extension. List your targets "
-            f"with -gencode or TORCH_CUDA_ARCH_LIST instead"), ())
-    return None
+    missing = left_out(t)
+    if not missing:
+        return None
+    families: dict[int, list[tuple[int, int]]] = {}
+    for cap in missing:
+        families.setdefault(cap[0], []).append(cap)
+    named = ", ".join("/".join(_fmt(c[0] * 10 + c[1]) for c in caps) + f" ({', '.join(GPUS[c] for c in caps)})"
+                      for caps in families.values())
+    newest_generic = max(t.sass | t.ptx, default=None)
+    edits = tuple(t.fixes.get(newest_generic, ())) if newest_generic is not None else ()
+    if newest_generic is not None:
+        n = newest_generic
+        spelling = (f"{_cc(n)}+PTX" if "TORCH_CUDA_ARCH_LIST" in what else
+                    f"\"{n}\" instead of \"{n}-real\"" if "CUDA_ARCHITECTURES" in what else
+                    f"code=[sm_{n},compute_{n}]")
+        advice = f"add PTX for the newest target ({spelling}) so that newer GPUs JIT-compile it, or list their architectures"
+    else:
+        advice = ("add a target for them (their own sm_XY, or generic compute_XY PTX if the kernels build "
+                  "without the architecture-specific features)")
+    message = f"{what}: {_built(t)}, so {named} fail with 'no kernel image is available'; {advice}"
+    hint = ("list every GPU family you run on and add PTX for the newest "
+            "(TORCH_CUDA_ARCH_LIST=\"8.0;8.6;9.0;10.0;12.0+PTX\")")
+    return Verdict(t.anchor, message, edits, hint)
 
 
 # --- build files -------------------------------------------------------------------------------
@@ -371,16 +457,20 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
         archs = [Tok(m.group(2), m.start(2)) for m in re.finditer(
             r"(CMAKE_CUDA_ARCHITECTURES|CUDA_ARCHITECTURES)[\s\"]+(\"[^\"]*\"|[^\s)\"]+(?:[ \t]+[0-9][^\s)\"]*)*)", clean)]
         archs = [a for a in archs if not a.text.startswith("$")] if archs else []
-        if archs:
-            verdict = judge(cmake_arch_targets(archs), "CUDA_ARCHITECTURES")
+        words = [t for t in _words(clean, 0)]
+        words = [t for t in words if t.text.strip("\")") and not t.text.startswith(("CMAKE_CUDA_ARCH", "CUDA_ARCH"))]
+        from_archs = cmake_arch_targets(archs) if archs else Targets()
+        from_flags = nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in words if _flagish(t.text)], shell=True)
+        if not any(FLAG_HINT.search(t.text) for t in words):
+            from_flags = Targets()
+        # CUDA_ARCHITECTURES and hand-written nvcc flags in one project feed the same builds: a
+        # part is reported only when the two together still leave newer GPUs without a kernel.
+        if from_archs.archs and from_flags.archs and judge(_union(from_archs, from_flags), "") is None:
+            return out
+        for part, what in ((from_archs, "CUDA_ARCHITECTURES"), (from_flags, "the nvcc flags")):
+            verdict = judge(part, what)
             if verdict:
                 out.append(verdict)
-        flags = [t for t in _words(clean, 0)]
-        flags = [t for t in flags if t.text.strip("\")") and not t.text.startswith(("CMAKE_CUDA_ARCH", "CUDA_ARCH"))]
-        verdict = judge(nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in flags if _flagish(t.text)],
-                                     shell=True), "the nvcc flags")
-        if verdict and any(FLAG_HINT.search(t.text) for t in flags):
-            out.append(verdict)
         return out
     if kind == "make":
         flags = [t for t in _words(clean, 0) if _flagish(t.text)]

@@ -232,8 +232,8 @@ def _build_finding(path: str, text: str, verdict) -> Finding:
     start = verdict.anchor.start or 0
     line = text.count("\n", 0, start) + 1
     col = start - (text.rfind("\n", 0, start) + 1) + 1
-    fix = Fix(SAFE, "add PTX for the same architecture", verdict.edits) if verdict.edits else \
-        Fix(DISPLAY_ONLY, "list every target architecture and add PTX for the newest")
+    fix = Fix(SAFE, "add PTX for the newest target", verdict.edits) if verdict.edits else \
+        Fix(DISPLAY_ONLY, verdict.hint)
     return Finding(path=path, line=line, col=col, code="GPU006", kb_id=rules.BY_CODE["GPU006"].kb_id,
                    message=verdict.message, fix=fix, end_line=line, end_col=col + len(verdict.anchor.text))
 

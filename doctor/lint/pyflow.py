@@ -1283,9 +1283,9 @@ class Interp:
             return TV(roles=q.roles)
         layouts = {_identity(r)}
         if r == 4:
-            layouts.add((0, 2, 1, 3))  # memory-efficient (and cuDNN): (B, N, H, D) memory
+            layouts.add((0, 2, 1, 3))  # memory-efficient: always (B, N, H, D) memory
         if q.layouts:
-            layouts |= set(q.layouts)  # flash: the output is laid out like the query
+            layouts |= set(q.layouts)  # flash and cuDNN: the output is laid out like the query
         return TV(rank=r, dims=dims, layouts=frozenset(layouts), origin=node, origin_kind="sdpa", roles=q.roles)
 
     # einops

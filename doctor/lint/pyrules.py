@@ -497,9 +497,8 @@ def _arch_flags(src: PySource) -> list[Finding]:
             byte_col = len(src.lines[line - 1][:col].encode("utf-8"))
         else:
             line, byte_col = node.lineno, node.col_offset  # type: ignore[attr-defined]
-        fix = Fix(SAFE, "add PTX for the same architecture", verdict.edits) if verdict.edits else \
-            Fix(DISPLAY_ONLY, "list every target architecture and add PTX for the newest "
-                              "(TORCH_CUDA_ARCH_LIST=\"8.0;8.6;9.0;12.0+PTX\")")
+        fix = Fix(SAFE, "add PTX for the newest target", verdict.edits) if verdict.edits else \
+            Fix(DISPLAY_ONLY, verdict.hint)
         out.append(_finding(src, node, "GPU006", verdict.message, fix, line=line, byte_col=byte_col))
     return out
 

@@ -250,9 +250,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         code="GPU006",
-        name="single-arch-build",
+        name="no-kernel-for-newer-gpus",
         kb_id="no-kernel-image",
-        title="CUDA build flags target a single GPU architecture",
+        title="CUDA build flags leave newer GPUs without a kernel (no PTX)",
         kinds=(PYTHON, BUILD),
         prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
                     b"gpu-architecture", b"-code"),),
@@ -261,33 +261,41 @@ RULES: tuple[Rule, ...] = (
         what=(
             "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
             "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "
-            "CMAKE_CUDA_ARCHITECTURES values that build for exactly one architecture. Flags are "
-            "collected per list (including later appends), per CMake/Make file and per nvcc command."
+            "CMAKE_CUDA_ARCHITECTURES values after which a GPU in use today that is newer than the "
+            "build's newest target (H100 sm_90, B200 sm_100, B300 sm_103, RTX 50xx sm_120, DGX Spark "
+            "sm_121) gets no kernel: no SASS that fits and no PTX to JIT-compile. Flags are collected "
+            "per list (including later appends), per CMake/Make file and per nvcc command."
         ),
         why=(
-            "SASS for sm_XY runs only on GPUs of the same major version with minor >= Y; other GPUs "
-            "need PTX to JIT-compile, and PTX only runs on its own architecture or newer. "
-            "`-gencode arch=compute_86,code=sm_86`, TORCH_CUDA_ARCH_LIST=\"8.6\" or CMake's \"86-real\" "
-            "embed no PTX: every other architecture (A100 sm_80, H100 sm_90, RTX 5090 sm_120) gets "
-            "'no kernel image is available for execution on the device'. A lone -arch=sm_86 also "
-            "embeds compute_86 PTX (nvcc's shorthand): newer GPUs JIT-compile it on first launch, "
-            "but older ones (sm_80) still have no kernel image."
+            "SASS for sm_XY runs only on GPUs of the same major version with minor >= Y; PTX runs on "
+            "its own architecture and every newer one; arch-specific code (sm_90a, sm_100a) runs on "
+            "exactly one compute capability and family code (sm_100f) within its major version. "
+            "`-gencode arch=compute_86,code=sm_86`, TORCH_CUDA_ARCH_LIST=\"8.6\" or \"7.0;8.0;8.6\", "
+            "CMake's \"86-real\" and `-gencode arch=compute_90a,code=sm_90a` embed no PTX that a newer "
+            "GPU can use, so an H100, B200 or RTX 5090 gets 'no kernel image is available for "
+            "execution on the device' at the first launch. A lone -arch=sm_86 is not this case: nvcc "
+            "adds compute_86 PTX to it, which newer GPUs JIT-compile."
         ),
-        example='extra_cuda_cflags=["-gencode", "arch=compute_86,code=sm_86"]\nexport TORCH_CUDA_ARCH_LIST="8.6"',
+        example='extra_cuda_cflags=["-gencode", "arch=compute_86,code=sm_86"]\nexport TORCH_CUDA_ARCH_LIST="7.0;8.0;8.6"',
         fix=(
-            'List every target and add PTX for the newest: TORCH_CUDA_ARCH_LIST="8.0;8.6;9.0;12.0+PTX", '
-            "or -gencode arch=compute_86,code=[sm_86,compute_86]; drop a hard-coded -arch=sm_XY from "
-            "extra_cuda_cflags and let TORCH_CUDA_ARCH_LIST decide."
+            'Add PTX for the newest target ("8.6" -> "8.6+PTX", code=sm_86 -> code=[sm_86,compute_86], '
+            'CMake "86-real" -> "86"), or list every GPU family you run on plus PTX for the newest: '
+            'TORCH_CUDA_ARCH_LIST="8.0;8.6;9.0;10.0;12.0+PTX".'
         ),
         fix_safety=(
-            "safe: where the fix only adds PTX (\"8.6\" -> \"8.6+PTX\", code=sm_86 -> code=[sm_86,compute_86], "
-            "\"86-real\" -> \"86\") the same SASS is built, plus PTX that newer GPUs can JIT. Choosing "
-            "other architectures (a lone -arch=sm_XY) is display-only."
+            "safe: where the fix only adds PTX to the newest generic target (\"8.6\" -> \"8.6+PTX\", "
+            "code=sm_86 -> code=[sm_86,compute_86], \"86-real\" -> \"86\") the same SASS is built, plus "
+            "PTX that newer GPUs JIT-compile at first launch. Builds whose newest targets are "
+            "arch-specific get a display-only fix: their kernels may need those features, so only the "
+            "author can choose a generic target or a build per GPU family."
         ),
         near_misses=(
-            "Lists that cover several architectures, any list with PTX (+PTX, code=compute_XY, CMake "
-            "\"86\"), architecture-specific targets (sm_90a, sm_100a: single-architecture by design), "
-            "-arch=native/all, and flags built from variables do not fire."
+            "A lone -arch=sm_XY (its PTX runs on newer GPUs), any list with PTX of a generic target "
+            "(+PTX, code=compute_XY, CMake \"86\", nvcc 13.0's -arch=sm_90a), lists that reach the "
+            "newest family (\"8.0;9.0;10.0;12.0\"), builds that leave out only older GPUs or gaps "
+            "between their targets (\"12.0\", \"8.0;12.0\"), family targets of the newest family "
+            "(sm_120f), -arch=native/all, named architectures (Ampere), several alternative "
+            "TORCH_CUDA_ARCH_LIST values in one file, and flags built from variables do not fire."
         ),
     ),
     Rule(

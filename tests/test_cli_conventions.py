@@ -381,10 +381,7 @@ def test_help_lists_the_commands_in_order():
     assert names == ORDER
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="merge's docstring (doctor/fleet/command.py, ifleet) "
-                                                                "wraps at 80 columns")) if n == "merge" else n
-    for n in ORDER])
+@pytest.mark.parametrize("name", ORDER)
 def test_each_command_has_a_one_line_help_at_80_columns(name):
     result = run("--help", env={"COLUMNS": "80"})
     lines = result.stdout.splitlines()
@@ -393,7 +390,7 @@ def test_each_command_has_a_one_line_help_at_80_columns(name):
     assert not following.startswith("│" + " " * 8), (lines[at], following)  # no continuation line
 
 
-@pytest.mark.parametrize("name", [n for n in ORDER if n != "merge"])
+@pytest.mark.parametrize("name", ORDER)
 def test_shared_options_have_the_same_names_and_metavars(name):
     """--format [text|json|md], -o PATH, -q, -v (and --no-redact wherever something is redacted)."""
     result = run(name, "--help", env={"COLUMNS": "200"})

@@ -1,8 +1,8 @@
 """The fleet commands' CLI side: `gpudoctor merge` (registered by gpudoctor.cli) and the output
 half of `gpudoctor scan --distributed` and `scan --ray`.
 
-Their outputs follow the shared convention of gpudoctor.cli, through its own helpers
-(`plan_outputs`, `emit`, `write_file`, `Format`): `--format text|json|md` (inferred from the `-o`
+Their outputs follow the shared convention, implemented once in gpudoctor.output (`plan_outputs`,
+`emit`, `write_file`, `Format` and the option factories): `--format text|json|md` (inferred from the `-o`
 file's suffix when not given), `-o/--output PATH` (`-` = standard output, the default), checked
 before any work (no directories, no symbolic links to files, no /proc), written whole or not at all;
 `-q/--quiet` prints only the verdict, `-v/--verbose` every place a finding applies. Exit 0 when the
@@ -10,28 +10,21 @@ fleet is healthy (warnings alone count as healthy), 1 when there are error-level
 usage or input errors and when gpudoctor itself cannot run, always with one line on stderr and no
 traceback.
 
-gpudoctor.cli imports this module while it loads (to register `merge`), so this module imports
-gpudoctor.cli only inside the functions that run a command, when cli is whole: no import cycle.
-Nothing here imports torch or rich at import time.
+gpudoctor.output imports neither typer's nor rich's heavy parts at import time and nothing of
+gpudoctor.cli, so this module (imported by cli while it loads, to register `merge`) uses it
+directly. Nothing here imports torch or rich at import time.
 """
 from __future__ import annotations
 
-import enum
 import sys
 from typing import Any, List, NoReturn, Optional, Sequence
 
 import typer
 
+from gpudoctor.output import (Format, Output, command_help, emit, format_option, no_redact_option,
+                              output_option, plan_outputs, quiet_option, verbose_option)
+
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-
-
-class FleetFormat(str, enum.Enum):
-    """The values of gpudoctor.cli.Format, for typer's option parsing at import time (this module
-    cannot import cli then); converted to cli.Format before any output is planned."""
-
-    text = "text"
-    json = "json"
-    md = "md"
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -42,35 +35,32 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False, verbose: bool = False) -> int:
-    """Write the fleet report `data` to every planned output (`gpudoctor.cli.Output`), as scan
+    """Write the fleet report `data` to every planned output (`gpudoctor.output.Output`), as scan
     writes its report; returns the exit code. When nothing went to standard output and not
     quiet, the verdict is one line on stderr (merge has no progress to show otherwise)."""
-    from gpudoctor import cli
     from gpudoctor.fleet import render
 
     def finished(text: str) -> Any:
         return lambda console: console.file.write(text)
 
     for out in outputs:
-        if out.fmt is cli.Format.json:
-            cli.emit(out, finished(render.render_json(data)))
-        elif out.fmt is cli.Format.md:
-            cli.emit(out, finished(render.render_markdown(data, verbose=verbose)))
+        if out.fmt is Format.json:
+            emit(out, finished(render.render_json(data)))
+        elif out.fmt is Format.md:
+            emit(out, finished(render.render_markdown(data, verbose=verbose)))
         elif quiet:
-            cli.emit(out, finished(render.visible(data.get("verdict", ""), 400) + "\n"))
+            emit(out, finished(render.visible(data.get("verdict", ""), 400) + "\n"))
         else:
-            cli.emit(out, lambda console: render.render_terminal(data, console, verbose=verbose))
+            emit(out, lambda console: render.render_terminal(data, console, verbose=verbose))
     if not quiet and not any(o.to_stdout for o in outputs):
         sys.stderr.write(f"gpudoctor: {render.visible(data.get('verdict', ''), 400)}\n")
     return EXIT_FINDINGS if render.has_problems(data) else EXIT_OK
 
 
 def _planned(outputs: Sequence[tuple[str, str]]) -> list[Any]:
-    """scan's already planned and checked outputs, as (format, path) pairs -> cli.Output."""
-    from gpudoctor import cli
-
-    return [cli.Output(cli.Format(fmt), path, "-o") for fmt, path in outputs if path] \
-        or [cli.Output(cli.Format.text, "-", "--format")]
+    """scan's already planned and checked outputs, as (format, path) pairs -> Output."""
+    return [Output(Format(fmt), path, "-o") for fmt, path in outputs if path] \
+        or [Output(Format.text, "-", "--format")]
 
 
 def merge(
@@ -78,11 +68,11 @@ def merge(
         ..., metavar="REPORT.json...",
         help="Node or rank reports from `gpudoctor scan --format json`: files, folders of *.json, - for stdin.",
     ),
-    fmt: Optional[FleetFormat] = typer.Option(None, "--format", help="Output format: text (for people), json, or md (Markdown)."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the output to PATH (- for standard output, the default)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict line."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every place a finding applies."),
-    no_redact: bool = typer.Option(False, "--no-redact", help="Real host names instead of node-0, node-1, ..."),
+    fmt: Optional[Format] = format_option(),
+    output: Optional[str] = output_option(),
+    quiet: bool = quiet_option("Print only the verdict line."),
+    verbose: bool = verbose_option("List every place a finding applies."),
+    no_redact: bool = no_redact_option("Keep real host names (not node-0, node-1, ...), user names, paths and ids."),
     straggler_fraction: float = typer.Option(
         0.10, "--straggler-fraction", min=0.0, max=1.0,
         help="A GPU this fraction below its model's fleet median GEMM throughput (and below --expect-fraction of nominal) is a straggler.",
@@ -92,11 +82,10 @@ def merge(
         help="The per-model expectation: this fraction of the nominal peak TFLOP/s.",
     ),
 ) -> None:
-    """Merge per-node scan reports into one fleet report: missing nodes, drift, stragglers."""
-    from gpudoctor import cli
+    """Merge node reports: missing nodes, drift between nodes, slow GPUs."""
     from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files
 
-    outputs = cli.plan_outputs(cli.Format(fmt.value) if fmt is not None else None, output, [])
+    outputs = plan_outputs(fmt, output)
     options = MergeOptions(straggler_fraction=straggler_fraction, expect_fraction=expect_fraction,
                            redact=not no_redact)
     try:
@@ -158,4 +147,4 @@ def scan_ray(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) 
 
 def register(app: typer.Typer) -> None:
     """Add `merge` to the gpudoctor CLI."""
-    app.command(name="merge")(merge)
+    app.command(name="merge", help=command_help(merge))(merge)

@@ -157,6 +157,7 @@ def test_auto_device_needs_and_cwd_shadowing(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(_cuda_available(), reason="checks the behaviour on a machine without CUDA")
+@pytest.mark.torch  # the worker must import torch to know whether CUDA is usable
 def test_explicit_cuda_without_cuda_runs_only_what_can_say_why(tmp_path):
     # A probe that can report cuda-unavailable runs (on the CPU, to say why); the other torch
     # probes are skipped with the reason, never moved to the CPU; a probe without torch still runs.
@@ -178,6 +179,7 @@ def test_explicit_cuda_without_cuda_runs_only_what_can_say_why(tmp_path):
     assert {e.probe: e.device for e in events if e.kind == "start"}["fake-sayer"] == "cpu"
 
 
+@pytest.mark.torch  # the worker must import torch to know whether CUDA is usable
 def test_nonexistent_cuda_index_and_unknown_device_type_are_usage_errors():
     info = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
                           capture_output=True, text=True, check=True)
@@ -413,6 +415,7 @@ def test_jsonable_coerces_instead_of_dying():
     json.dumps(out, allow_nan=False)
 
 
+@pytest.mark.torch  # the worker must import torch to know whether CUDA is usable
 def test_device_all_runs_per_scan_probes_once():
     report = run_scan(options("once", "torch_ok", device="all"))
     devices = report.environment["scan"]["devices"]

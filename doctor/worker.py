@@ -44,23 +44,12 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from gpudoctor import protocol
-from gpudoctor.probes.base import Outcome, ProbeContext, Status, error_text
+from gpudoctor.probes.base import Outcome, ProbeContext, Status, error_text, is_sticky_cuda_error
 
 ENTRY_POINT_GROUP = "gpudoctor.probes"
 TRACEBACK_TAIL = protocol.TEXT_MAX  # characters of a probe's traceback kept in the report
 REPR_LIMIT = 2000  # a tensor's repr in details is evidence, not a dump
 _STDERR_TRACEBACK = 64 << 10  # characters of a traceback echoed to stderr
-
-# Substrings of CUDA errors after which the context is unusable ("sticky" errors): the worker must
-# not run another probe in it.
-_STICKY = (
-    "illegal memory access",
-    "misaligned address",
-    "device-side assert",
-    "unspecified launch failure",
-    "illegal instruction",
-)
-
 
 class _Channel:
     """The protocol channel: a private duplicate of the original stdout, one write per line."""
@@ -346,7 +335,7 @@ def run_task(task: dict[str, Any], modules: dict[str, Any], torch: Any, hello: d
         text = protocol.cut(error_text(exc), protocol.SUMMARY_MAX)
         result.update(status=Status.CRASHED.value, summary=text.rstrip(":"),
                       traceback=protocol.cut_tail(tb, TRACEBACK_TAIL))
-        if any(s in text for s in _STICKY):
+        if is_sticky_cuda_error(text):  # the worker must not run another probe in this context
             result["restart"] = text
     else:
         details = out.get("details") or {}

@@ -765,6 +765,10 @@ class _Scan:
         # The device the user asked for: probes such as cuda-runtime tell "you asked for a GPU
         # and there is none" (a finding) from "you asked for the CPU" (a skip).
         options: dict[str, Any] = {**dict(self.options.probe_options), "requested_device": task.requested}
+        if self.options.probes:
+            # The probes named with --probe: one such as fp8-matmul skips what is not worth a
+            # finding in a full scan (FP8 on a GPU without it) but checks it when named.
+            options["requested_probes"] = list(self.options.probes)
         if self.options.attn_shape:
             options["attn_shape"] = list(self.options.attn_shape)
         moved = {"requested_device": task.requested, "device_note": task.note} if task.note else {}

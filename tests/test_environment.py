@@ -20,7 +20,6 @@ from gpudoctor.environment import (
     decode_throttle,
     detect_container,
     detect_wsl,
-    gpu_free_memory,
     merge_environment,
     nvml_device_count,
     nvml_info,
@@ -207,6 +206,15 @@ def test_nvml_info_decodes_every_field(monkeypatch):
     # Identifiers a report must not carry are never collected.
     assert not {"uuid", "serial", "pci_bus_id", "bus_id"} & set(h100)
     assert fake.calls["shutdown"] == fake.calls["init"] == 1
+
+
+def gpu_free_memory(index: int) -> int | None:
+    """Free bytes on NVML device `index`, read as the runner reads it: through an NvmlSession."""
+    session = envmod.NvmlSession()
+    try:
+        return session.free_memory(("index", index))
+    finally:
+        session.close()
 
 
 def test_gpu_free_memory_and_device_count_through_nvml(monkeypatch):

@@ -8,10 +8,10 @@ ran in, for `gpudoctor merge`). The worker's `torch_environment` adds `torch` an
 and its own view of `env_vars`; `merge_environment` joins the two halves.
 
 NVML is read through `NvmlSession` (a scan holds one for its environment and its free-memory
-checks; `cuda_to_nvml` says which NVML device torch's cuda:N is). Every external command is
-bounded by a timeout and run without a shell; NVML calls run in a daemon thread with a deadline,
-because a wedged driver hangs them too. A missing piece is reported as {"available": false,
-"reason": ...} or "not available: <why>", never raised.
+checks; `cuda_to_nvml` says which NVML device torch's cuda:N is). Every external command runs
+without a shell through `spawn.run_bounded`, killed with what it started at its deadline; NVML
+calls run in a daemon thread with a deadline, because a wedged driver hangs them too. A missing
+piece is reported as {"available": false, "reason": ...} or "not available: <why>", never raised.
 pynvml is imported lazily so that `gpudoctor explain` starts fast.
 """
 from __future__ import annotations
@@ -256,8 +256,7 @@ def _tool_path(name: str) -> str | None:
 def tool_version(path: str, timeout: float = 5.0) -> dict[str, Any]:
     """{path, version, banner} from `path --version`, or {available: false, reason}."""
     try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+        proc = run_bounded([path, "--version"], timeout)
     except subprocess.TimeoutExpired:
         return unavailable(f"{path} --version did not answer within {timeout:g} s")
     except OSError as exc:

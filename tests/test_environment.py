@@ -105,6 +105,30 @@ def test_merge_environment_prefers_the_worker_and_explains_its_absence():
     assert parent == {"system": {"os": "Linux"}, "env_vars": {"A": "parent"}}
 
 
+def test_tool_versions_are_parsed_and_a_hanging_tool_is_cut_off(tmp_path):
+    nvcc = _script(tmp_path, 'echo "nvcc: NVIDIA (R) Cuda compiler driver"; '
+                             'echo "Cuda compilation tools, release 13.0, V13.0.88"')
+    assert envmod.tool_version(nvcc) == {"path": nvcc, "version": "13.0.88",
+                                         "banner": "nvcc: NVIDIA (R) Cuda compiler driver"}
+    # A wrapper that hangs with a child of its own: at the deadline both are killed.
+    hang = _script(tmp_path, "sleep 297.125 & wait")
+    got = envmod.tool_version(hang, timeout=0.5)
+    assert got["available"] is False and "did not answer within 0.5 s" in got["reason"]
+    assert _processes_running(b"sleep\x00297.125\x00") == []
+
+
+def _processes_running(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if fh.read() == cmdline:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 # --- parent side: container and WSL --------------------------------------------------------------
 
 

@@ -306,11 +306,11 @@ def run_task(task: dict[str, Any], modules: dict[str, Any], torch: Any, hello: d
              log) -> dict[str, Any]:
     """Run one probe and return its result event. Exceptions from the probe become `crashed`."""
     mod = modules[task["key"]]
+    # device_note: why the parent moved the probe off the device asked for (it puts it, with the
+    # device asked for, in the result's details); here it explains an unmet "cuda" need.
     device, note = task["device"], task.get("device_note")
     result: dict[str, Any] = {"event": "result", "key": task["key"], "device": device, "details": {},
                               "findings": []}
-    if note:  # the parent moved the probe off the device asked for; say where and why
-        result["details"].update({"requested_device": task.get("requested_device"), "device_note": note})
 
     for need in task.get("needs", []):
         reason = _unmet_need(need, torch, device, hello, note)
@@ -340,7 +340,6 @@ def run_task(task: dict[str, Any], modules: dict[str, Any], torch: Any, hello: d
     else:
         details = out.get("details") or {}
         details = dict(details) if isinstance(details, dict) else {"value": details}
-        details.update(result["details"])
         summary = out.get("summary", "")
         result.update(status=out.get("status"), details=details, findings=out.get("findings", []),
                       summary=protocol.cut(summary, protocol.SUMMARY_MAX) if isinstance(summary, str)

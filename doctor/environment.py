@@ -9,9 +9,9 @@ and its own view of `env_vars`; `merge_environment` joins the two halves.
 
 NVML is read through `NvmlSession` (a scan holds one for its environment and its free-memory
 checks; `cuda_to_nvml` says which NVML device torch's cuda:N is). Every external command runs
-without a shell through `spawn.run_bounded`, killed with what it started at its deadline; NVML
-calls run in a daemon thread with a deadline, because a wedged driver hangs them too. A missing
-piece is reported as {"available": false, "reason": ...} or "not available: <why>", never raised.
+without a shell in a session of its own, killed with what it started at its deadline; NVML calls
+run in a daemon thread with a deadline, because a wedged driver hangs them too. A missing piece is
+reported as {"available": false, "reason": ...} or "not available: <why>", never raised.
 pynvml is imported lazily so that `gpudoctor explain` starts fast.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -254,14 +255,26 @@ def _tool_path(name: str) -> str | None:
 
 
 def tool_version(path: str, timeout: float = 5.0) -> dict[str, Any]:
-    """{path, version, banner} from `path --version`, or {available: false, reason}."""
+    """{path, version, banner} from `path --version`, or {available: false, reason}. The tool runs
+    in a process group of its own, killed whole at the deadline: a wrapper (ccache, a conda or
+    module shim) that hangs takes its children with it. Not `spawn.run_bounded`: its /proc sweep
+    for left-behind daemons costs ~20 us per process on the machine, six times over, in the
+    parent's CPU time, for programs that only print a version."""
     try:
-        proc = run_bounded([path, "--version"], timeout)
-    except subprocess.TimeoutExpired:
-        return unavailable(f"{path} --version did not answer within {timeout:g} s")
+        proc = subprocess.Popen([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     except OSError as exc:
         return unavailable(f"cannot run {path}: {_why(exc)}")
-    text = (proc.stdout or proc.stderr)[:4096]
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        return unavailable(f"{path} --version did not answer within {timeout:g} s")
+    text = (stdout or stderr)[:4096]
     banner = next((line.strip() for line in text.splitlines() if line.strip()), "")
     found = _VERSION_RE.search(text)
     return {"path": path, "version": found.group(1) if found else None, "banner": banner[:200]}

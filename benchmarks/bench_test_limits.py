@@ -54,27 +54,15 @@ def bench_sdpa(rounds: int) -> None:
 
 
 def bench_fatbin(rounds: int) -> None:
-    import struct
+    import pathlib
 
-    from test_fatbin import entry_header, write_elf  # the test's own fixture builders
+    from test_fatbin import write_big_fatbin  # the test's own fixture
 
-    from gpudoctor import fatbin
     from gpudoctor.fatbin import read_fatbin
 
-    arches = [(2, 75), (2, 80), (2, 86), (2, 90), (2, 100), (1, 120)]
-    payload = 80 << 10
-    one = 16 + len(arches) * (64 + payload)
-    chunks = []
-    for c in range(2000):
-        base = c * one
-        chunks.append((base, struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, one - 16)))
-        for i, (kind, sm) in enumerate(arches):
-            chunks.append((base + 16 + i * (64 + payload), entry_header(kind, sm, payload)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "libbig.so")
-        import pathlib
-
-        write_elf(pathlib.Path(path), [(".nv_fatbin", 2000 * one, chunks)])
+        write_big_fatbin(pathlib.Path(path))
 
         def read_all() -> None:
             with open(path, "rb") as fh:

@@ -3,14 +3,16 @@
 `collect_environment(python)` returns the sections `system` (OS, kernel, container and WSL
 detection), `python` (the target interpreter), `packages` (versions read with importlib.metadata in
 the target environment), `nvml` (driver and GPUs through nvidia-ml-py), `toolchain` (gcc, g++,
-clang, nvcc, cmake and ninja: what builds CUDA extensions) and `env_vars`. The worker's
-`torch_environment` adds `torch` and `cuda_libraries` and its own view of `env_vars`;
-`merge_environment` joins the two halves.
+clang, nvcc, cmake and ninja: what builds CUDA extensions), `env_vars` and `fleet` (the job it
+ran in, for `gpudoctor merge`). The worker's `torch_environment` adds `torch` and `cuda_libraries`
+and its own view of `env_vars`; `merge_environment` joins the two halves.
 
-Every external command is bounded by a timeout and run without a shell; NVML calls run in a daemon
-thread with a deadline, because a wedged driver hangs them too. A missing piece is reported as
-{"available": false, "reason": ...} or "not available: <why>", never raised. pynvml is imported
-lazily so that `gpudoctor explain` starts fast.
+NVML is read through `NvmlSession` (a scan holds one for its environment and its free-memory
+checks; `cuda_to_nvml` says which NVML device torch's cuda:N is). Every external command runs
+without a shell in a session of its own, killed with what it started at its deadline; NVML calls
+run in a daemon thread with a deadline, because a wedged driver hangs them too. A missing piece is
+reported as {"available": false, "reason": ...} or "not available: <why>", never raised.
+pynvml is imported lazily so that `gpudoctor explain` starts fast.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -252,15 +255,26 @@ def _tool_path(name: str) -> str | None:
 
 
 def tool_version(path: str, timeout: float = 5.0) -> dict[str, Any]:
-    """{path, version, banner} from `path --version`, or {available: false, reason}."""
+    """{path, version, banner} from `path --version`, or {available: false, reason}. The tool runs
+    in a process group of its own, killed whole at the deadline: a wrapper (ccache, a conda or
+    module shim) that hangs takes its children with it. Not `spawn.run_bounded`: its /proc sweep
+    for left-behind daemons costs ~20 us per process on the machine, six times over, in the
+    parent's CPU time, for programs that only print a version."""
     try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired:
-        return unavailable(f"{path} --version did not answer within {timeout:g} s")
+        proc = subprocess.Popen([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     except OSError as exc:
         return unavailable(f"cannot run {path}: {_why(exc)}")
-    text = (proc.stdout or proc.stderr)[:4096]
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        return unavailable(f"{path} --version did not answer within {timeout:g} s")
+    text = (stdout or stderr)[:4096]
     banner = next((line.strip() for line in text.splitlines() if line.strip()), "")
     found = _VERSION_RE.search(text)
     return {"path": path, "version": found.group(1) if found else None, "banner": banner[:200]}
@@ -470,54 +484,32 @@ def _nvml_read(nv: Any) -> dict[str, Any]:
     }
 
 
-def _nvml_query() -> dict[str, Any]:
-    nv = _nvml()
+def _once(read: Callable[[Any], Any], timeout: float) -> Any:
+    """`read(pynvml)` in an NVML session of its own (init, read, shutdown) under the deadline.
+    Raises what NVML raises. A scan shares one `NvmlSession` instead."""
+    session = NvmlSession(timeout)
     try:
-        return _nvml_read(nv)
+        return session.call(read)
     finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:
-            pass
+        session.close()
 
 
 def nvml_info(timeout: float = 5.0, session: "NvmlSession | None" = None) -> dict[str, Any]:
     """Driver, the CUDA version it supports, and each GPU (no UUIDs, serials or bus ids)."""
     try:
-        if session is not None:
-            return session.call(_nvml_read)
-        return _bounded(_nvml_query, timeout)
+        return session.call(_nvml_read) if session is not None else _once(_nvml_read, timeout)
     except ImportError:
         return unavailable("nvidia-ml-py (pynvml) is not installed in gpudoctor's environment")
     except Exception as exc:
         return unavailable(_why(exc))
 
 
-def _nvml_int(read: Callable[[Any], int]) -> int | None:
-    """One integer read through NVML (init, read, shutdown) within a deadline; None when NVML
-    cannot tell. A scan reads through one `NvmlSession` instead."""
-    def query() -> int:
-        nv = _nvml()
-        try:
-            return int(read(nv))
-        finally:
-            nv.nvmlShutdown()
-
-    try:
-        return _bounded(query, 5.0)
-    except Exception:
-        return None
-
-
-def gpu_free_memory(index: int) -> int | None:
-    """Bytes free on NVML device `index`, or None when NVML cannot tell. NVML numbers GPUs in PCI
-    order and ignores CUDA_VISIBLE_DEVICES: see `cuda_to_nvml`."""
-    return _nvml_int(lambda nv: nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).free)
-
-
 def nvml_device_count() -> int | None:
     """How many GPUs NVML sees, or None when NVML is unavailable."""
-    return _nvml_int(lambda nv: nv.nvmlDeviceGetCount())
+    try:
+        return int(_once(lambda nv: nv.nvmlDeviceGetCount(), 5.0))
+    except Exception:
+        return None
 
 
 # --- which NVML device is cuda:N -------------------------------------------------------------------

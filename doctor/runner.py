@@ -57,7 +57,6 @@ _STDERR_KEEP = 64 << 10  # bytes of a worker's stderr held in memory
 _MAX_LINE = protocol.LINE_MAX  # a protocol line longer than this is garbage
 _EXIT_GRACE_S = 2.0  # how long a worker that closed its channel may take to exit (for its status)
 MAX_TIMEOUT_S = protocol.MAX_TIMEOUT_S
-BOOTSTRAP = spawn.BOOTSTRAP
 
 TORCH_IMPORT_PROBE = "torch-import"  # the result that carries a failed torch import
 TORCH_IMPORT_KB = "torch-import-failed"
@@ -765,6 +764,10 @@ class _Scan:
         # The device the user asked for: probes such as cuda-runtime tell "you asked for a GPU
         # and there is none" (a finding) from "you asked for the CPU" (a skip).
         options: dict[str, Any] = {**dict(self.options.probe_options), "requested_device": task.requested}
+        if self.options.probes:
+            # The probes named with --probe: one such as fp8-matmul skips what is not worth a
+            # finding in a full scan (FP8 on a GPU without it) but checks it when named.
+            options["requested_probes"] = list(self.options.probes)
         if self.options.attn_shape:
             options["attn_shape"] = list(self.options.attn_shape)
         moved = {"requested_device": task.requested, "device_note": task.note} if task.note else {}
@@ -1033,7 +1036,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
             findings = [f if isinstance(f, Finding) else Finding(f["kb_id"], f["summary"], tuple(f["evidence"]),
                                                                   f["severity"]) for f in fields.pop("findings", [])]
             result = ProbeResult(probe=entry["id"], title=entry["title"],
-                                 device=task.device if task.per_device else None, findings=findings, **fields)
+                                 device=device, findings=findings, **fields)
             scan.results[task.order] = result
             scan.progress(ScanEvent("result", probe=entry["id"], title=entry["title"], device=device,
                                     index=index, total=len(tasks), result=result))

@@ -17,9 +17,9 @@ A signal that arrives while a process is being started is held back until the st
 (`signals_deferred`): otherwise the handler would run before the new process is known and could not
 end it.
 
-`early_start` is the CLI's first call: it starts the first worker (which imports torch at once)
-before the CLI imports typer, rich and the runner, so a scan costs little more than `import torch`.
-Standard library only, and cheap to import.
+`early_start` is the console script's first call (`gpudoctor.entry`, for `scan` only): it starts the
+first worker (which imports torch at once) before the CLI imports typer, rich and the runner, so a
+scan costs little more than `import torch`. Standard library only, and cheap to import.
 """
 from __future__ import annotations
 
@@ -355,8 +355,9 @@ _saved_handlers: dict[int, object] = {}
 
 def early_start(argv: Sequence[str] | None = None) -> None:
     """Start the first scan worker now, importing torch, when the command line is a scan of this
-    interpreter. Called first thing by `gpudoctor.cli:main`; never raises. The runner claims the
-    worker (`claim_early`); an unclaimed one is ended at exit."""
+    interpreter. Called first thing by `gpudoctor.entry:main` (and by `gpudoctor.cli:main` for a
+    caller that starts there); never raises. The runner claims the worker (`claim_early`); an
+    unclaimed one is ended at exit."""
     global _early
     args = list(sys.argv[1:] if argv is None else argv)
     if _early is not None or not args or args[0] != "scan" or os.environ.get(NO_EARLY_START_VAR):

@@ -309,6 +309,7 @@ def _pip_owners(site_dirs: Iterable[str]) -> dict[str, tuple[str, str]]:
     """realpath of every shared object shipped by an `nvidia-*` (or torch) wheel -> (dist, version),
     read from the wheels' RECORD files: exact provenance without importing anything."""
     import importlib.metadata as md
+    import pathlib  # already loaded by importlib.metadata
 
     owners: dict[str, tuple[str, str]] = {}
     for site in site_dirs:
@@ -325,7 +326,7 @@ def _pip_owners(site_dirs: Iterable[str]) -> dict[str, tuple[str, str]]:
             folder = stem.split("-", 1)[0].lower().replace("_", "-")
             if not (folder.startswith("nvidia-") or folder == "torch"):
                 continue
-            dist = md.PathDistribution(_pathlib().Path(site, entry))
+            dist = md.PathDistribution(pathlib.Path(site, entry))
             name = (dist.metadata["Name"] or folder).lower().replace("_", "-")
             # Scan RECORD's text rather than `dist.files`: torch's RECORD lists ~15,000 files, and
             # building a path object for each costs more than the rest of the environment together.
@@ -335,12 +336,6 @@ def _pip_owners(site_dirs: Iterable[str]) -> dict[str, tuple[str, str]]:
                 if ".so" in rel and _LIB_RE.match(os.path.basename(rel)):
                     owners[os.path.realpath(str(dist.locate_file(rel)))] = (name, dist.version)
     return owners
-
-
-def _pathlib():
-    import pathlib
-
-    return pathlib
 
 
 def _installed(site_dirs: list[str], extra_dirs: Iterable[str]) -> dict[str, list[str]]:

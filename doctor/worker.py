@@ -44,23 +44,12 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from gpudoctor import protocol
-from gpudoctor.probes.base import Outcome, ProbeContext, Status, error_text
+from gpudoctor.probes.base import Outcome, ProbeContext, Status, error_text, is_sticky_cuda_error
 
 ENTRY_POINT_GROUP = "gpudoctor.probes"
 TRACEBACK_TAIL = protocol.TEXT_MAX  # characters of a probe's traceback kept in the report
 REPR_LIMIT = 2000  # a tensor's repr in details is evidence, not a dump
 _STDERR_TRACEBACK = 64 << 10  # characters of a traceback echoed to stderr
-
-# Substrings of CUDA errors after which the context is unusable ("sticky" errors): the worker must
-# not run another probe in it.
-_STICKY = (
-    "illegal memory access",
-    "misaligned address",
-    "device-side assert",
-    "unspecified launch failure",
-    "illegal instruction",
-)
-
 
 class _Channel:
     """The protocol channel: a private duplicate of the original stdout, one write per line."""
@@ -317,11 +306,11 @@ def run_task(task: dict[str, Any], modules: dict[str, Any], torch: Any, hello: d
              log) -> dict[str, Any]:
     """Run one probe and return its result event. Exceptions from the probe become `crashed`."""
     mod = modules[task["key"]]
+    # device_note: why the parent moved the probe off the device asked for (it puts it, with the
+    # device asked for, in the result's details); here it explains an unmet "cuda" need.
     device, note = task["device"], task.get("device_note")
     result: dict[str, Any] = {"event": "result", "key": task["key"], "device": device, "details": {},
                               "findings": []}
-    if note:  # the parent moved the probe off the device asked for; say where and why
-        result["details"].update({"requested_device": task.get("requested_device"), "device_note": note})
 
     for need in task.get("needs", []):
         reason = _unmet_need(need, torch, device, hello, note)
@@ -346,12 +335,11 @@ def run_task(task: dict[str, Any], modules: dict[str, Any], torch: Any, hello: d
         text = protocol.cut(error_text(exc), protocol.SUMMARY_MAX)
         result.update(status=Status.CRASHED.value, summary=text.rstrip(":"),
                       traceback=protocol.cut_tail(tb, TRACEBACK_TAIL))
-        if any(s in text for s in _STICKY):
+        if is_sticky_cuda_error(text):  # the worker must not run another probe in this context
             result["restart"] = text
     else:
         details = out.get("details") or {}
         details = dict(details) if isinstance(details, dict) else {"value": details}
-        details.update(result["details"])
         summary = out.get("summary", "")
         result.update(status=out.get("status"), details=details, findings=out.get("findings", []),
                       summary=protocol.cut(summary, protocol.SUMMARY_MAX) if isinstance(summary, str)

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from gpudoctor.probes.base import error_text, is_sticky_cuda_error
+from gpudoctor.probes.base import error_text
 
 # TORCH_WARN appends the C++ location; it differs between builds and says nothing to a user.
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
@@ -186,12 +186,6 @@ def classify_kernel_error(text: str) -> str | None:
         if needle in low:
             return kb_id
     return None
-
-
-def poisons_context(text: str) -> bool:
-    """A sticky CUDA error: later launches in this process are meaningless. Non-sticky CUDA
-    errors (a cuBLAS status, "invalid argument", out of memory) leave the context usable."""
-    return is_sticky_cuda_error(text)
 
 
 def reference_attention(torch: Any, q: Any, k: Any, v: Any, *, causal: bool = False,

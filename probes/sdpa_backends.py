@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpudoctor.probes import _attention as att
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+from gpudoctor.probes.base import (
+    Finding,
+    Outcome,
+    ProbeContext,
+    ProbeSpec,
+    Status,
+    error_text,
+    is_sticky_cuda_error,
+)
 
 SPEC = ProbeSpec(
     id="sdpa-backends",
@@ -419,7 +427,7 @@ def _run(ctx: ProbeContext) -> Outcome:
         where = f"{cell['backend']} {cell['dtype']}/{cell['case']}"
         kb_id = att.classify_kernel_error(cell["text"])
         # A sticky fault is no kernel's private matter: the context is gone for every later kernel.
-        sticky = att.poisons_context(cell["text"])
+        sticky = is_sticky_cuda_error(cell["text"])
         if kb_id:
             findings.append(Finding(
                 kb_id, f"{where} raised when forced (SDPA itself picks "

@@ -157,8 +157,8 @@ def run(ctx: ProbeContext) -> Outcome:
         "note": (
             "shape arithmetic on device tensors forces device-to-host syncs; it cannot itself cause "
             "a misaligned address, but an earlier asynchronous kernel error surfaces at the first "
-            "sync, so the traceback points at the int() line. Converting each value (the field "
-            "note's fix) makes one sync per value; passing Python ints (x.shape[i]) makes none"
+            "sync, so the traceback points at the int() line. Converting each value first (the "
+            "fix often suggested) makes one sync per value; passing Python ints (x.shape[i]) makes none"
         ),
     }
     if not all(v["correct"] for v in variants.values()):

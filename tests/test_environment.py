@@ -20,7 +20,6 @@ from gpudoctor.environment import (
     decode_throttle,
     detect_container,
     detect_wsl,
-    gpu_free_memory,
     merge_environment,
     nvml_device_count,
     nvml_info,
@@ -104,6 +103,30 @@ def test_merge_environment_prefers_the_worker_and_explains_its_absence():
     alone = merge_environment(parent, None)
     assert alone["torch"]["available"] is False and "worker" in alone["torch"]["reason"]
     assert parent == {"system": {"os": "Linux"}, "env_vars": {"A": "parent"}}
+
+
+def test_tool_versions_are_parsed_and_a_hanging_tool_is_cut_off(tmp_path):
+    nvcc = _script(tmp_path, 'echo "nvcc: NVIDIA (R) Cuda compiler driver"; '
+                             'echo "Cuda compilation tools, release 13.0, V13.0.88"')
+    assert envmod.tool_version(nvcc) == {"path": nvcc, "version": "13.0.88",
+                                         "banner": "nvcc: NVIDIA (R) Cuda compiler driver"}
+    # A wrapper that hangs with a child of its own: at the deadline both are killed.
+    hang = _script(tmp_path, "sleep 297.125 & wait")
+    got = envmod.tool_version(hang, timeout=0.5)
+    assert got["available"] is False and "did not answer within 0.5 s" in got["reason"]
+    assert _processes_running(b"sleep\x00297.125\x00") == []
+
+
+def _processes_running(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if fh.read() == cmdline:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 # --- parent side: container and WSL --------------------------------------------------------------
@@ -207,6 +230,15 @@ def test_nvml_info_decodes_every_field(monkeypatch):
     # Identifiers a report must not carry are never collected.
     assert not {"uuid", "serial", "pci_bus_id", "bus_id"} & set(h100)
     assert fake.calls["shutdown"] == fake.calls["init"] == 1
+
+
+def gpu_free_memory(index: int) -> int | None:
+    """Free bytes on NVML device `index`, read as the runner reads it: through an NvmlSession."""
+    session = envmod.NvmlSession()
+    try:
+        return session.free_memory(("index", index))
+    finally:
+        session.close()
 
 
 def test_gpu_free_memory_and_device_count_through_nvml(monkeypatch):

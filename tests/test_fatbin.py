@@ -204,9 +204,9 @@ def test_unknown_entry_kinds_are_kept_apart(tmp_path):
     assert not any(runs_on(e.target, (9, 0)) for e in report.entries if e.kind_code == 0x40)
 
 
-def test_large_sparse_fatbin_reads_only_headers_fast(tmp_path):
-    # A libtorch_cuda.so-sized file: 2000 containers of 6 entries with 80 KiB payloads each
-    # (~0.9 GiB, sparse on disk). Only the headers are read.
+def write_big_fatbin(path: pathlib.Path) -> None:
+    """A libtorch_cuda.so-sized file: 2000 containers of 6 entries with 80 KiB payloads each
+    (~0.9 GiB, sparse on disk). Also read by benchmarks/bench_test_limits.py."""
     arches = [(2, 75), (2, 80), (2, 86), (2, 90), (2, 100), (1, 120)]
     payload = 80 << 10
     one = 16 + len(arches) * (64 + payload)
@@ -216,10 +216,14 @@ def test_large_sparse_fatbin_reads_only_headers_fast(tmp_path):
         chunks.append((base, struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, one - 16)))
         for i, (kind, sm) in enumerate(arches):
             chunks.append((base + 16 + i * (64 + payload), entry_header(kind, sm, payload)))
-    path = tmp_path / "libbig.so"
     write_elf(path, [(".nv_fatbin", 2000 * one, chunks)])
+
+
+def test_large_sparse_fatbin_reads_only_headers_fast(tmp_path):
+    path = tmp_path / "libbig.so"
+    write_big_fatbin(path)
     assert path.stat().st_size > 900 << 20
-    report = read_fatbin(path)  # its speed is measured in benchmarks/bench_test_limits.py
+    report = read_fatbin(path)  # only the headers are read; its speed is measured in benchmarks/
     assert report.error is None
     assert report.containers == 2000 and len(report.entries) == 12000
     assert report.sass == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100"]

@@ -405,6 +405,26 @@ def test_context_poisoned_syncs_the_probes_own_device():
     assert synced == ["cuda:3", "cuda:1"]
 
 
+@pytest.mark.parametrize("text, restart", [
+    ("CUDA error: unspecified launch failure", True),
+    ("CUDA error: an uncorrectable ECC error was encountered", True),  # not in the worker's old list
+    ("CUDA error: Misaligned Address", True),  # however it is cased
+    ("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul", False),  # reported once
+])
+def test_a_probe_that_raises_a_sticky_cuda_error_ends_its_worker(text, restart):
+    import types
+
+    from gpudoctor.worker import run_task
+
+    def run(ctx):
+        raise RuntimeError(text)
+
+    modules = {"k": types.SimpleNamespace(run=run)}
+    result = run_task({"key": "k", "device": "cpu", "needs": []}, modules, None, {}, lambda m: None)
+    assert result["status"] == "crashed"
+    assert bool(result.get("restart")) is restart
+
+
 def test_jsonable_coerces_instead_of_dying():
     class Bad:
         def __repr__(self):

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
-from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES, parse_size  # noqa: F401 (parse_size re-exported)
+from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
 _MAX_CANDIDATE_LINES = 8192  # lines holding a needle, per chunk
@@ -129,10 +129,6 @@ class _Hits:
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
-
-    @property
-    def patterns(self) -> dict[str, float]:  # the names of the patterns that matched
-        return self.weights
 
 
 class _LineIndex:

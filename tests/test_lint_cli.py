@@ -93,6 +93,17 @@ def test_markdown_output(buggy):
     assert r.exit_code == 1 and "| `GPU003` |" in r.stdout
 
 
+def test_markdown_keeps_a_file_name_with_backticks_and_pipes_inside_its_cell():
+    from gpudoctor.lint.model import FileError, Finding, Fix, LintResult
+    from gpudoctor.lint.render import markdown
+
+    result = LintResult(findings=[Finding("a`b|c.py", 3, 4, "GPU003", "view-stride", "m", Fix("display-only", "d"))],
+                        errors=[FileError("x`y.py", "cannot read")], files_checked=2)
+    out = markdown(result)
+    assert "| ``a`b\\|c.py:3:4`` | `GPU003` |" in out
+    assert "- ``x`y.py``: cannot read" in out
+
+
 def test_diff_shows_safe_fixes_and_changes_nothing(buggy):
     before = buggy.read_bytes()
     r = invoke(buggy, "--diff")

@@ -496,8 +496,15 @@ def match_text(text: str) -> list[Match]:
 
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
-    """The same for input read in chunks that end at line boundaries (large logs)."""
+    """The same for input read in chunks that end at line boundaries (large logs). Chunks that
+    know the input's line number of their first line (`gpudoctor.textinput.Chunks.first_line`,
+    set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
+    so the lines named as evidence are the log's own."""
     matcher = Matcher()
+    started = False
     for chunk in chunks:
+        if not started:
+            matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+            started = True
         matcher.feed(chunk)
     return matcher.results()

@@ -226,6 +226,15 @@ def test_pyproject_configuration_is_found_walking_up(tmp_path):
     assert "GPU005" in {f["code"] for f in json.loads(r.stdout)["findings"]}
 
 
+def test_exclude_globs_may_start_with_dot_slash_and_name_hidden_folders(tmp_path):
+    from gpudoctor.lint.config import Config
+
+    config = Config(exclude=("./.cache/**", "./build2"), root=str(tmp_path))
+    assert config.excluded(str(tmp_path / ".cache" / "a.py"))
+    assert config.excluded(str(tmp_path / "build2" / "b.py"))
+    assert not config.excluded(str(tmp_path / "cache" / "a.py"))
+
+
 def test_bad_configuration_is_an_error(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.gpudoctor.lint]\nselekt = ['GPU001']\n")
     (tmp_path / "a.py").write_text(CLEAN)

@@ -48,7 +48,7 @@ def _err(message: str) -> None:
 def run(opts: Options) -> int:
     import time
 
-    from gpudoctor.lint import config, engine, fixes, render
+    from gpudoctor.lint import engine, fixes, render
 
     if opts.fmt not in render.FORMATS:
         _err(f"--format {opts.fmt}: expected one of {', '.join(render.FORMATS)}")
@@ -71,10 +71,7 @@ def run(opts: Options) -> int:
     try:
         result, by_path, tasks = engine.lint(opts.paths or ["."], _codes(opts.select), _codes(opts.ignore),
                                              opts.isolated, opts.jobs)
-    except (engine.UsageError, config.ConfigError) as exc:
-        _err(str(exc))
-        return EXIT_ERROR
-    except ValueError as exc:  # an unknown rule code in --select / --ignore
+    except ValueError as exc:  # engine.UsageError, config.ConfigError, an unknown code in --select
         _err(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:

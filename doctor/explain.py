@@ -88,14 +88,18 @@ def _verdict(explanation: Explanation) -> dict[str, Any] | None:
     }
 
 
-def to_json(explanation: Explanation) -> str:
-    data = {
+def to_dict(explanation: Explanation) -> dict[str, Any]:
+    """The public JSON shape of the module docstring."""
+    return {
         "schema_version": EXPLAIN_SCHEMA_VERSION,
         "verdict": _verdict(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
     }
-    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def to_json(explanation: Explanation) -> str:
+    return json.dumps(to_dict(explanation), indent=2, ensure_ascii=False)
 
 
 def list_json(entries: tuple[Entry, ...]) -> str:

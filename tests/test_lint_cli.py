@@ -278,6 +278,9 @@ def test_explain_rule_json():
     r = runner.invoke(app, ["explain", "--json", "GPU010"])
     data = json.loads(r.stdout)
     assert data["rule"]["code"] == "GPU010" and data["entry"]["id"] == "custom-allocator"
+    # The same document as `explain custom-allocator --json`, plus the rule.
+    by_id = json.loads(runner.invoke(app, ["explain", "--json", "custom-allocator"]).stdout)
+    assert {k: v for k, v in data.items() if k != "rule"} == by_id
 
 
 def _modules_after(args: list[str]) -> set[str]:

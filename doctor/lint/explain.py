@@ -25,10 +25,10 @@ def show_rule(code: str, output: Any) -> int | None:
         sys.stderr.write(f"gpudoctor: the knowledge base is damaged: {exc}\n")
         return 2
     if output.fmt is Format.json:
-        from gpudoctor.explain import entry_to_dict
+        from gpudoctor.explain import Explanation, to_dict
 
-        data = {"schema_version": "1.0", "matches": [], "rule": doc.to_dict(),
-                "entry": entry_to_dict(entry) if entry else None}
+        # `explain ID`'s JSON (the same schema version and fields) plus the rule.
+        data = {**to_dict(Explanation((), entry)), "rule": doc.to_dict()}
         emit_text(output, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     elif output.fmt is Format.md:
         emit_text(output, _markdown(doc, entry))

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
@@ -336,8 +336,6 @@ class Matcher:
 
 
 def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
-    from dataclasses import replace
-
     return replace(m, confidence=min(m.confidence, cap), context_only=True,
                    consequence_of=consequence_of or m.consequence_of)
 

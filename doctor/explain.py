@@ -88,14 +88,18 @@ def _verdict(explanation: Explanation) -> dict[str, Any] | None:
     }
 
 
-def to_json(explanation: Explanation) -> str:
-    data = {
+def to_dict(explanation: Explanation) -> dict[str, Any]:
+    """The public JSON shape of the module docstring."""
+    return {
         "schema_version": EXPLAIN_SCHEMA_VERSION,
         "verdict": _verdict(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
     }
-    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def to_json(explanation: Explanation) -> str:
+    return json.dumps(to_dict(explanation), indent=2, ensure_ascii=False)
 
 
 def list_json(entries: tuple[Entry, ...]) -> str:
@@ -204,11 +208,6 @@ def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
                 shown.add(first)
 
 
-def render_matches(matches: tuple[Match, ...], console: Console) -> None:
-    """Kept for callers of the 1.0 renderer: the verdict and the other matches."""
-    render_verdict(matches, console)
-
-
 def render_entry(entry: Entry, console: Console, match: Match | None = None) -> None:
     """An entry in full: what, why, fix, patch (highlighted, unwrapped), safety, misconceptions,
     references. Without a match (explain by id) it starts with the id, title, cause and fix."""
@@ -300,13 +299,6 @@ def _md_inline(text: str) -> str:
     return text
 
 
-def _fence(code: str, lang: str) -> str:
-    ticks = "```"
-    while ticks in code:
-        ticks += "`"
-    return f"{ticks}{lang}\n{code}\n{ticks}"
-
-
 def _md_prose(text: str) -> str:
     """The knowledge base's own prose (trusted, written with `code` spans) kept as Markdown, with
     `<` outside code spans escaped: "<your arch>" must not be swallowed as an HTML tag."""
@@ -321,6 +313,8 @@ def render_markdown(explanation: Explanation) -> str:
     """The same report as Markdown, for a bug ticket: the verdict (with the lines of the input that
     decided it and what was captured from them), the other matches, then the entry in full.
     Text from the input is escaped (`_md_inline`); the knowledge base's prose stays Markdown."""
+    from gpudoctor.reports.markdown import fence
+
     out: list[str] = []
     best, entry = explanation.best, explanation.entry
     if entry is None:
@@ -356,7 +350,7 @@ def render_markdown(explanation: Explanation) -> str:
     out += ["", f"### Patch ({entry.applicability})", ""]
     if entry.fix_safety:
         out += [_md_prose(entry.fix_safety), ""]
-    out.append(_fence(entry.patch, entry.patch_lang))
+    out.append(fence(entry.patch, entry.patch_lang))
     if entry.misconceptions:
         out += ["", "### Common misconceptions", ""]
         for m in entry.misconceptions:

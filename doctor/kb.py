@@ -335,10 +335,6 @@ class Entry:
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
 
-    @property
-    def anchors(self) -> tuple[Pattern, ...]:
-        return tuple(p for p in self.patterns if p.role == "anchor")
-
 
 def _req(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:

@@ -48,11 +48,11 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
-from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES, parse_size  # noqa: F401 (parse_size re-exported)
+from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
 _MAX_CANDIDATE_LINES = 8192  # lines holding a needle, per chunk
@@ -129,10 +129,6 @@ class _Hits:
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
-
-    @property
-    def patterns(self) -> dict[str, float]:  # the names of the patterns that matched
-        return self.weights
 
 
 class _LineIndex:
@@ -340,8 +336,6 @@ class Matcher:
 
 
 def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
-    from dataclasses import replace
-
     return replace(m, confidence=min(m.confidence, cap), context_only=True,
                    consequence_of=consequence_of or m.consequence_of)
 
@@ -500,8 +494,15 @@ def match_text(text: str) -> list[Match]:
 
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
-    """The same for input read in chunks that end at line boundaries (large logs)."""
+    """The same for input read in chunks that end at line boundaries (large logs). Chunks that
+    know the input's line number of their first line (`gpudoctor.textinput.Chunks.first_line`,
+    set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
+    so the lines named as evidence are the log's own."""
     matcher = Matcher()
+    started = False
     for chunk in chunks:
+        if not started:
+            matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+            started = True
         matcher.feed(chunk)
     return matcher.results()

@@ -184,22 +184,18 @@ def _seek_to_tail(stream: BinaryIO, size: int, max_bytes: int, info: Chunks) -> 
     return True
 
 
-def iter_stream(
-    stream: BinaryIO, *, name: str, skip_to_tail_of: int | None = None, max_bytes: int | None = None
-) -> Chunks:
+def iter_stream(stream: BinaryIO, *, name: str, max_bytes: int | None = None) -> Chunks:
     """Chunks of a binary stream (standard input, an open file), read to its end keeping the last
-    `max_bytes`. A stream that is a regular file larger than that is read from its tail by a seek;
-    `skip_to_tail_of` gives that size when the caller knows it."""
+    `max_bytes`. A stream that is a regular file larger than that (standard input redirected from
+    a file) is read from its tail by a seek."""
     cap = MAX_BYTES if max_bytes is None else max_bytes
 
     def produce(info: Chunks) -> Iterator[str]:
-        size = skip_to_tail_of
-        if size is None:
-            try:
-                st = os.fstat(stream.fileno())
-                size = st.st_size if stat.S_ISREG(st.st_mode) else None
-            except (OSError, AttributeError, ValueError):
-                size = None  # not a real file (a BytesIO, a closed stdin)
+        try:
+            st = os.fstat(stream.fileno())
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except (OSError, AttributeError, ValueError):
+            size = None  # not a real file (a BytesIO, a closed stdin)
         seeked = size is not None and _seek_to_tail(stream, size, cap, info)
         yield from _chunks(stream.read, info, cap, seeked=seeked)
 

@@ -91,7 +91,7 @@ def test_every_hand_written_pattern_is_exercised_by_some_example(entry):
     solo = Matcher([entry])
     for example in entry.examples:
         solo.feed(example.text)
-    hit = set(solo._hits.get(entry.id).patterns) if entry.id in solo._hits else set()
+    hit = set(solo._hits.get(entry.id).weights) if entry.id in solo._hits else set()
     own = {p.name for p in entry.patterns if p.template is None and p.role != "against"}
     unused = own - hit
     assert not unused, f"{entry.id}: patterns never matched by an example: {sorted(unused)}"

@@ -93,6 +93,17 @@ def test_markdown_output(buggy):
     assert r.exit_code == 1 and "| `GPU003` |" in r.stdout
 
 
+def test_markdown_keeps_a_file_name_with_backticks_and_pipes_inside_its_cell():
+    from gpudoctor.lint.model import FileError, Finding, Fix, LintResult
+    from gpudoctor.lint.render import markdown
+
+    result = LintResult(findings=[Finding("a`b|c.py", 3, 4, "GPU003", "view-stride", "m", Fix("display-only", "d"))],
+                        errors=[FileError("x`y.py", "cannot read")], files_checked=2)
+    out = markdown(result)
+    assert "| ``a`b\\|c.py:3:4`` | `GPU003` |" in out
+    assert "- ``x`y.py``: cannot read" in out
+
+
 def test_diff_shows_safe_fixes_and_changes_nothing(buggy):
     before = buggy.read_bytes()
     r = invoke(buggy, "--diff")
@@ -215,6 +226,15 @@ def test_pyproject_configuration_is_found_walking_up(tmp_path):
     assert "GPU005" in {f["code"] for f in json.loads(r.stdout)["findings"]}
 
 
+def test_exclude_globs_may_start_with_dot_slash_and_name_hidden_folders(tmp_path):
+    from gpudoctor.lint.config import Config
+
+    config = Config(exclude=("./.cache/**", "./build2"), root=str(tmp_path))
+    assert config.excluded(str(tmp_path / ".cache" / "a.py"))
+    assert config.excluded(str(tmp_path / "build2" / "b.py"))
+    assert not config.excluded(str(tmp_path / "cache" / "a.py"))
+
+
 def test_bad_configuration_is_an_error(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.gpudoctor.lint]\nselekt = ['GPU001']\n")
     (tmp_path / "a.py").write_text(CLEAN)
@@ -258,6 +278,9 @@ def test_explain_rule_json():
     r = runner.invoke(app, ["explain", "--json", "GPU010"])
     data = json.loads(r.stdout)
     assert data["rule"]["code"] == "GPU010" and data["entry"]["id"] == "custom-allocator"
+    # The same document as `explain custom-allocator --json`, plus the rule.
+    by_id = json.loads(runner.invoke(app, ["explain", "--json", "custom-allocator"]).stdout)
+    assert {k: v for k, v in data.items() if k != "rule"} == by_id
 
 
 def _modules_after(args: list[str]) -> set[str]:

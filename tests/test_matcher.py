@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor import kb
-from gpudoctor.matcher import Matcher, match_chunks, match_text, parse_size
+from gpudoctor.matcher import Matcher, match_chunks, match_text
+from gpudoctor.predicates import parse_size
 
 TRAILER = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "

@@ -94,6 +94,15 @@ def test_stdin_over_the_cap_keeps_its_end():
     assert data.splitlines()[chunks.first_line - 1].decode() == first
 
 
+def test_lines_found_in_the_tail_of_a_piped_log_are_numbered_as_in_the_whole_log():
+    from gpudoctor.matcher import match_chunks
+
+    data = _noise(2000) + MISALIGNED + _noise(3)
+    [match] = [m for m in match_chunks(iter_stream(io.BytesIO(data), name="standard input", max_bytes=50_000))
+               if m.id == "misaligned-address"]
+    assert match.first_line == data.splitlines().index(MISALIGNED.rstrip()) + 1
+
+
 def test_a_real_pipe_over_the_cap_keeps_its_end():
     read_fd, write_fd = os.pipe()
 

@@ -2,10 +2,11 @@
 before it runs (Python via `ast`; C++/CUDA with a tokenizer; setup.py, CMake, Makefiles, shell
 scripts and Dockerfiles for build flags) and print the fix.
 
-Modules: `rules` (the rules as data and their documentation; cheap to import), `engine`
-(discovery, prefilter, workers, suppressions, cross-file step), `pyflow` / `pyrules` (Python),
-`cpp` / `cpprules` (C++/CUDA), `archflags` (CUDA architecture flags), `config`
-([tool.gpudoctor.lint]), `fixes` (diffs and atomic writes), `render`, `cli`.
+Modules: `rules` (the rules as data and their documentation; cheap to import), `model`
+(findings and graded fixes), `engine` (discovery, prefilter, workers, suppressions, cross-file
+step), `pysource` / `pyflow` / `pyrules` (Python), `cpp` / `cpprules` (C++/CUDA), `archflags`
+(CUDA architecture flags), `config` ([tool.gpudoctor.lint]), `fixes` (diffs and atomic writes),
+`render`, `cli`, and `explain` (`gpudoctor explain GPU003`).
 
 Nothing is imported here: `gpudoctor explain` imports `gpudoctor.lint.rules` alone, and only for
 an argument that looks like a lint code.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from gpudoctor.fatbin import CodeTarget, coverage
 from gpudoctor.lint.model import Edit
@@ -78,7 +79,6 @@ class Targets:
     variant: set[CodeTarget] = field(default_factory=set)
     unknown: bool = False  # a variable or something not understood
     special: bool = False  # native / all / named architectures (Ampere): deliberate, never judged
-    lone_arch: Tok | None = None  # -arch=sm_XY without -code
     shell: bool = False
     anchor: Tok | None = None  # where to report
     fixes: dict[int, list[Edit]] = field(default_factory=dict)  # per architecture: edits that only add PTX
@@ -148,7 +148,7 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
     for the PTX instead."""
     t = Targets()
     t.shell = shell
-    arch_value: tuple[Tok, str] | None = None
+    arch_value: str | None = None
     code_value: tuple[Tok, str] | None = None
     i = 0
     while i < len(tokens):
@@ -177,13 +177,12 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
         if flag in ("-gencode", "--generate-code"):
             _gencode(value_tok, t)
         elif flag in ("-arch", "--gpu-architecture"):
-            arch_value = (tok, value)
+            arch_value = value
         else:
             code_value = (value_tok, value)
         i += 1
     if arch_value is not None:
-        tok, value = arch_value
-        parsed = _arch_word(value, t)
+        parsed = _arch_word(arch_value, t)
         if parsed and code_value is None:
             kind, n, variant = parsed
             if kind == "sm":
@@ -191,7 +190,6 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
                 t.add("compute", n, variant)
                 if variant:
                     t.add("compute", n)  # nvcc 13.0 adds the generic PTX as well
-                t.lone_arch = tok
             elif kind == "compute":
                 t.add("compute", n, variant)
     if code_value is not None:
@@ -202,7 +200,7 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
             if p:
                 codes.append(p)
                 t.add(p[0], p[1], p[2])
-        virtual = _arch_word(arch_value[1], Targets()) if arch_value else None
+        virtual = _arch_word(arch_value, Targets()) if arch_value else None
         if len(codes) == 1 and codes[0][0] == "sm" and not codes[0][2] and virtual and virtual[0] == "compute" \
                 and virtual[1:] == codes[0][1:] and vtok.start is not None and value == vtok.text:
             n = codes[0][1]
@@ -240,65 +238,60 @@ def _gencode(value: Tok, t: Targets) -> None:
                 t.fix(n, Edit(start, start + len(code_text), f"[sm_{n},compute_{n}]"))
 
 
-def _torch_values(values: list[Tok], t: Targets) -> None:
+def _list_entries(values: list[Tok], t: Targets, separators: str) -> Iterator[tuple[str, int | None]]:
+    """(entry, file offset of the entry or None) for each entry of architecture-list values
+    (TORCH_CUDA_ARCH_LIST, CUDA_ARCHITECTURES); a value built from a variable marks `t` unknown,
+    and the first other value becomes `t`'s anchor."""
     for v in values:
         text = v.text.strip().strip("\"'")
         if _VARIABLE.search(text):
             t.unknown = True
             continue
-        offset = v.text.find(text) if v.start is not None else -1
+        base = v.start + v.text.find(text) if v.start is not None else None
         pos = 0
-        for entry in re.split(r"[;\s,]+", text):
+        for entry in re.split(separators, text):
             if not entry:
                 continue
             where = text.find(entry, pos)
             pos = where + len(entry)
-            m = _TORCH_ENTRY.match(entry)
-            if not m:
-                t.special = True  # named architectures (Ampere, Hopper) and anything else
-                continue
-            n = int(m.group(1)) * 10 + int(m.group(2))
-            variant = m.group(3).lower()
-            t.add("sm", n, variant)
-            if m.group(4):
-                t.add("compute", n, variant)
-            elif not variant and v.start is not None and offset >= 0:
-                end = v.start + offset + where + len(entry)
-                t.fix(n, Edit(end, end, "+PTX"))
+            yield entry, (base + where if base is not None else None)
         if t.anchor is None:
             t.anchor = v
+
+
+def _torch_values(values: list[Tok], t: Targets) -> None:
+    for entry, at in _list_entries(values, t, r"[;\s,]+"):
+        m = _TORCH_ENTRY.match(entry)
+        if not m:
+            t.special = True  # named architectures (Ampere, Hopper) and anything else
+            continue
+        n = int(m.group(1)) * 10 + int(m.group(2))
+        variant = m.group(3).lower()
+        t.add("sm", n, variant)
+        if m.group(4):
+            t.add("compute", n, variant)
+        elif not variant and at is not None:
+            end = at + len(entry)
+            t.fix(n, Edit(end, end, "+PTX"))
 
 
 def _cmake_values(values: list[Tok], t: Targets) -> None:
-    for v in values:
-        text = v.text.strip().strip("\"'")
-        if _VARIABLE.search(text):
+    for entry, at in _list_entries(values, t, r"[;\s]+"):
+        if entry.lower() in ("native", "all", "all-major", "off", "false"):
+            t.special = True
+            continue
+        m = _CMAKE_ENTRY.match(entry)
+        if not m:
             t.unknown = True
             continue
-        offset = v.text.find(text) if v.start is not None else -1
-        pos = 0
-        for entry in re.split(r"[;\s]+", text):
-            if not entry:
-                continue
-            where = text.find(entry, pos)
-            pos = where + len(entry)
-            if entry.lower() in ("native", "all", "all-major", "off", "false"):
-                t.special = True
-                continue
-            m = _CMAKE_ENTRY.match(entry)
-            if not m:
-                t.unknown = True
-                continue
-            n, variant, kind = int(m.group(1)), m.group(2), m.group(3)
-            if kind != "-virtual":
-                t.add("sm", n, variant)
-            if kind != "-real":
-                t.add("compute", n, variant)
-            elif not variant and v.start is not None and offset >= 0:
-                start = v.start + offset + where + len(m.group(1))
-                t.fix(n, Edit(start, start + len("-real"), ""))
-        if t.anchor is None:
-            t.anchor = v
+        n, variant, kind = int(m.group(1)), m.group(2), m.group(3)
+        if kind != "-virtual":
+            t.add("sm", n, variant)
+        if kind != "-real":
+            t.add("compute", n, variant)
+        elif not variant and at is not None:
+            start = at + len(m.group(1))
+            t.fix(n, Edit(start, start + len("-real"), ""))
 
 
 def torch_arch_targets(values: list[Tok]) -> Targets:

@@ -48,7 +48,7 @@ def _err(message: str) -> None:
 def run(opts: Options) -> int:
     import time
 
-    from gpudoctor.lint import config, engine, fixes, render
+    from gpudoctor.lint import engine, fixes, render
 
     if opts.fmt not in render.FORMATS:
         _err(f"--format {opts.fmt}: expected one of {', '.join(render.FORMATS)}")
@@ -71,10 +71,7 @@ def run(opts: Options) -> int:
     try:
         result, by_path, tasks = engine.lint(opts.paths or ["."], _codes(opts.select), _codes(opts.ignore),
                                              opts.isolated, opts.jobs)
-    except (engine.UsageError, config.ConfigError) as exc:
-        _err(str(exc))
-        return EXIT_ERROR
-    except ValueError as exc:  # an unknown rule code in --select / --ignore
+    except ValueError as exc:  # engine.UsageError, config.ConfigError, an unknown code in --select
         _err(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -83,33 +80,7 @@ def run(opts: Options) -> int:
 
     diffs: dict[int, str | None] = {}
     if opts.fix or opts.diff:
-        shown = []
-        remaining = []
-        fixed_paths = set()
-        for path in sorted({f.path for f in result.findings if fixes.applicable(f, opts.unsafe_fixes)}):
-            task, fr = tasks[path], by_path[path]
-            try:
-                original, new, count = fixes.fix_file(task, fr, opts.unsafe_fixes)
-                if new == original:
-                    continue
-                if opts.diff:
-                    shown.append(fixes.unified_diff(path, original, new))
-                else:
-                    with open(path, "rb") as fh:
-                        raw = fh.read()
-                    fixes.write_atomic(path, fixes.encode(task, new, raw))
-                    result.fixed += count
-                    fixed_paths.add(path)
-            except (fixes.FixError, OSError, UnicodeError) as exc:
-                from gpudoctor.lint.model import FileError
-
-                result.errors.append(FileError(path, f"not fixed: {exc}"))
-        if opts.fix and fixed_paths:
-            # what is left in the fixed files is what a fresh lint finds there
-            again, _, _ = engine.lint(sorted(fixed_paths), _codes(opts.select), _codes(opts.ignore), opts.isolated, 1)
-            remaining = [f for f in result.findings if f.path not in fixed_paths] + again.findings
-            result.findings = sorted(remaining, key=lambda f: f.sort_key)
-            result.errors += again.errors
+        shown = _apply_fixes(opts, result, by_path, tasks)
         if opts.diff:
             out = "".join(shown)
             if not _emit(opts, out):
@@ -121,17 +92,7 @@ def run(opts: Options) -> int:
             _errors(result)
             return EXIT_ERROR if result.errors else (EXIT_FINDINGS if out else EXIT_OK)
     elif opts.fmt == "json":
-        texts: dict[str, str] = {}
-        for i, f in enumerate(result.findings):
-            if f.fix.edits:
-                task = tasks[f.path]
-                if f.path not in texts:
-                    try:
-                        with open(f.path, "rb") as fh:
-                            texts[f.path] = engine._decode(fh.read(), task.kind)
-                    except (OSError, ValueError):
-                        continue
-                diffs[i] = fixes.finding_diff(task, texts[f.path], f)
+        diffs = _finding_diffs(result, tasks)
 
     if opts.fmt == "json":
         out = render.json_(result, diffs)
@@ -149,6 +110,59 @@ def run(opts: Options) -> int:
     if result.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _apply_fixes(opts: Options, result, by_path, tasks) -> list[str]:
+    """--fix: write the fixed files and re-lint them, so `result` holds what is left; --diff: the
+    unified diff of each file's fixes, nothing written. A file that cannot be fixed becomes an
+    error of `result`."""
+    from gpudoctor.lint import engine, fixes
+    from gpudoctor.lint.model import FileError
+
+    shown = []
+    fixed_paths = set()
+    for path in sorted({f.path for f in result.findings if fixes.applicable(f, opts.unsafe_fixes)}):
+        task, fr = tasks[path], by_path[path]
+        try:
+            original, new, count = fixes.fix_file(task, fr, opts.unsafe_fixes)
+            if new == original:
+                continue
+            if opts.diff:
+                shown.append(fixes.unified_diff(path, original, new))
+            else:
+                with open(path, "rb") as fh:
+                    raw = fh.read()
+                fixes.write_atomic(path, fixes.encode(task, new, raw))
+                result.fixed += count
+                fixed_paths.add(path)
+        except (fixes.FixError, OSError, UnicodeError) as exc:
+            result.errors.append(FileError(path, f"not fixed: {exc}"))
+    if fixed_paths:
+        # what is left in the fixed files is what a fresh lint finds there
+        again, _, _ = engine.lint(sorted(fixed_paths), _codes(opts.select), _codes(opts.ignore), opts.isolated, 1)
+        remaining = [f for f in result.findings if f.path not in fixed_paths] + again.findings
+        result.findings = sorted(remaining, key=lambda f: f.sort_key)
+        result.errors += again.errors
+    return shown
+
+
+def _finding_diffs(result, tasks) -> dict[int, str | None]:
+    """For JSON: the diff of each finding's own edits, by its index in `result.findings`."""
+    from gpudoctor.lint import engine, fixes
+
+    diffs: dict[int, str | None] = {}
+    texts: dict[str, str] = {}
+    for i, f in enumerate(result.findings):
+        if f.fix.edits:
+            task = tasks[f.path]
+            if f.path not in texts:
+                try:
+                    with open(f.path, "rb") as fh:
+                        texts[f.path] = engine._decode(fh.read(), task.kind)
+                except (OSError, ValueError):
+                    continue
+            diffs[i] = fixes.finding_diff(task, texts[f.path], f)
+    return diffs
 
 
 def _emit(opts: Options, out: str) -> bool:

@@ -57,7 +57,7 @@ class Config:
 
 
 def _glob(rel: str, pattern: str) -> bool:
-    pattern = pattern.replace(os.sep, "/").lstrip("./") if pattern.startswith("./") else pattern
+    pattern = pattern.replace(os.sep, "/").removeprefix("./")  # not lstrip("./"): it eats the dot of "./.cache/**"
     if fnmatch.fnmatchcase(rel, pattern):
         return True
     # "dir/**" and "dir/" cover everything below dir; a bare "dir" too

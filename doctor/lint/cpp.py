@@ -42,7 +42,6 @@ class Tok:
 @dataclass
 class Function:
     name: str
-    name_index: int
     params: list[tuple[list[str], str]]  # (type words, name)
     body: tuple[int, int]  # token index of "{" and of its "}"
     line: int
@@ -215,7 +214,7 @@ def _function_at(cpp: CppFile, toks: list[Tok], partner: list[int], brace: int) 
         return None  # an init list entry, a call, or an expression
     params = _params(toks, open_paren + 1, j)
     line, _ = cpp.line_col(name_tok.start)
-    return Function(name_tok.text, open_paren - 1, params, (brace, partner[brace]), line)
+    return Function(name_tok.text, params, (brace, partner[brace]), line)
 
 
 def _params(toks: list[Tok], start: int, end: int) -> list[tuple[list[str], str]]:

@@ -77,8 +77,8 @@ class UsageError(ValueError):
 # --- discovery -----------------------------------------------------------------------------------
 
 
-def discover(paths: list[str], select: list[str] | None, ignore: list[str] | None, isolated: bool,
-             errors: list[FileError]) -> list[tuple[Task, cfg.Config]]:
+def discover(paths: list[str], select: list[str] | None, ignore: list[str] | None,
+             isolated: bool) -> list[tuple[Task, cfg.Config]]:
     """The files to lint, each with its rule codes and configuration."""
     out: list[tuple[Task, cfg.Config]] = []
     seen: set[str] = set()
@@ -317,7 +317,7 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
          isolated: bool = False, jobs: int | None = None) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
     """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError."""
     result = LintResult()
-    planned = discover(paths, select, ignore, isolated, result.errors)
+    planned = discover(paths, select, ignore, isolated)
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}

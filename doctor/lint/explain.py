@@ -10,28 +10,25 @@ from typing import Any
 from gpudoctor.lint.rules import describe
 
 
-def show_rule(code: str, as_json: bool = False, output: Any = None) -> int | None:
-    """Write the rule and its entry to `output` (a `gpudoctor.output.Output`; by default text, or
-    JSON with `as_json`, on standard output). Returns the exit code, or None when `code` is no
-    lint rule."""
+def show_rule(code: str, output: Any) -> int | None:
+    """Write the rule and its entry to `output` (a `gpudoctor.output.Output`). Returns the exit
+    code, or None when `code` is no lint rule."""
     doc = describe(code)
     if doc is None:
         return None
     from gpudoctor import kb
-    from gpudoctor.output import Format, Output, emit, emit_text
+    from gpudoctor.output import Format, emit, emit_text
 
-    if output is None:
-        output = Output(Format.json if as_json else Format.text, "-", "--format")
     try:
         entry = kb.load_entry(doc.rule.kb_id)
     except kb.KnowledgeBaseError as exc:
         sys.stderr.write(f"gpudoctor: the knowledge base is damaged: {exc}\n")
         return 2
     if output.fmt is Format.json:
-        from gpudoctor.explain import entry_to_dict
+        from gpudoctor.explain import Explanation, to_dict
 
-        data = {"schema_version": "1.0", "matches": [], "rule": doc.to_dict(),
-                "entry": entry_to_dict(entry) if entry else None}
+        # `explain ID`'s JSON (the same schema version and fields) plus the rule.
+        data = {**to_dict(Explanation((), entry)), "rule": doc.to_dict()}
         emit_text(output, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     elif output.fmt is Format.md:
         emit_text(output, _markdown(doc, entry))

@@ -5,14 +5,13 @@ modules created after a cast (GPU011).
 
 GPU011 is partly cross-file: a method that creates float32 submodules and never converts them is
 summarised here (`Facts.creators`), and so is every call made on an object after it was cast
-(`Facts.after_cast`); `resolve_module_after_cast` pairs them over all linted files.
+(`Facts.after_cast`); gpudoctor.lint.engine pairs them over all linted files in its cross-file step.
 """
 from __future__ import annotations
 
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from gpudoctor.lint import archflags, rules
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
@@ -426,22 +425,6 @@ def _parameter_then_cast(src: PySource, node: ast.Assign, cast: tuple[ast.Call, 
                f"{key} is not registered as a parameter (missing from parameters(), the optimizer and the state "
                f"dict); convert the data first: nn.Parameter(data{suffix.split('(')[0]}(...))")
     return _finding(src, node, "GPU005", message, fix)
-
-
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Statements in source order, into nested blocks but not into nested functions/classes."""
-    for s in body:
-        yield s
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for name in ("body", "orelse", "finalbody"):
-            inner = getattr(s, name, None)
-            if isinstance(inner, list):
-                yield from _statements(inner)
-        for h in getattr(s, "handlers", []) or []:
-            yield from _statements(h.body)
-        for case in getattr(s, "cases", []) or []:
-            yield from _statements(case.body)
 
 
 # --- GPU006: arch flags in Python -------------------------------------------------------------

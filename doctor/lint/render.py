@@ -44,17 +44,19 @@ def _md(s: str) -> str:
 
 
 def markdown(result: LintResult) -> str:
+    from gpudoctor.reports.markdown import code_span
+
     out = ["## gpudoctor lint", ""]
     if not result.findings:
         out.append(f"No findings ({result.files_checked} files checked).")
     else:
         out += ["| where | code | finding | knowledge base | fix |", "| --- | --- | --- | --- | --- |"]
         for f in result.findings:
-            out.append(f"| `{_md(f.path)}:{f.line}:{f.col}` | `{f.code}` | {_md(f.message)} | `{f.kb_id}` | "
+            out.append(f"| {code_span(f'{f.path}:{f.line}:{f.col}')} | `{f.code}` | {_md(f.message)} | `{f.kb_id}` | "
                        f"{f.fix.applicability} |")
     if result.errors:
         out += ["", "Files not linted:", ""]
-        out += [f"- `{_md(e.path)}`: {_md(e.message)}" for e in result.errors]
+        out += [f"- {code_span(e.path)}: {_md(e.message)}" for e in result.errors]
     return "\n".join(out) + "\n"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# File kinds (see files.classify).
+# File kinds (engine.classify tells them from file names).
 PYTHON, CPP, BUILD = "python", "cpp", "build"
 
 CODE_RE = re.compile(r"^GPU\d{3}$", re.IGNORECASE)

@@ -31,30 +31,32 @@ import math
 import os
 import re
 import sys
-from typing import Any, List, NoReturn, Optional
+from typing import Any, List, Optional
 
 import typer
 import typer.core
 
-# The output convention; the names are part of this module's interface too.
-from gpudoctor.output import (  # noqa: F401
-    FORMAT_HELP,
-    OUTPUT_HELP,
+from gpudoctor.output import (
+    EXIT_CLOSED_PIPE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
     ClosedPipe,
     Format,
     Output,
     OutputError,
-    check_output,
     command_help,
     emit,
+    emit_line,
     emit_text,
+    fail as _fail,
     format_option,
     no_redact_option,
     output_option,
     plan_outputs,
     quiet_option,
+    say as _say,
     verbose_option,
-    write_file,
 )
 
 try:  # typer >= 0.20 vendors click as typer._click; older typers use click itself
@@ -64,11 +66,6 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 _NO_ARGS = getattr(_click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
 _ABORT = getattr(_click_errors, "Abort", None) or getattr(typer, "Abort")  # where this typer keeps it
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended
 
 MAX_TIMEOUT_S = 86400.0  # a probe limit beyond a day is a typo, not a limit
 
@@ -91,18 +88,6 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _say(message: str) -> None:
-    """One line of gpudoctor's own on stderr. Messages quote what the user typed (a path, a value):
-    shown through safetext, never as raw escape sequences."""
-    from gpudoctor.safetext import visible
-
-    try:
-        sys.stderr.write(f"gpudoctor: {visible(message, 2000)}\n")
-        sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
 
@@ -192,12 +177,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """One clear line on stderr and the exit code; never a traceback."""
-    _say(message)
-    raise typer.Exit(code)
 
 
 def _version(value: bool) -> None:
@@ -604,8 +583,7 @@ def scan(
         elif out.fmt is Format.md:
             emit_text(out, render.render_markdown(report))
         elif quiet:
-            emit(out, lambda console: console.print(f"gpudoctor: {render.verdict(report).line}", markup=False,
-                                                    highlight=False, soft_wrap=True))
+            emit_line(out, render.verdict(report).line)
         else:
             emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)

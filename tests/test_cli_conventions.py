@@ -18,7 +18,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from gpudoctor import cli
+from gpudoctor import cli, output
 from gpudoctor.cli import app
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
@@ -246,9 +246,9 @@ def test_a_link_planted_in_a_sticky_directory_after_the_check_replaces_nothing(t
     victim = tmp_path / "victim"
     victim.write_text("precious")
     path = shared / "report.json"
-    cli.check_output("-o", str(path))  # fine: nothing there yet
+    output.check_output("-o", str(path))  # fine: nothing there yet
     path.symlink_to(victim)  # planted between the check and the write
-    cli.write_file(str(path), "{}\n")
+    output.write_file(str(path), "{}\n")
     assert victim.read_text() == "precious"
     assert not path.is_symlink() and path.read_text() == "{}\n"
 

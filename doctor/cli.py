@@ -54,6 +54,7 @@ from gpudoctor.output import (
     no_redact_option,
     output_option,
     plan_outputs,
+    progress_line,
     quiet_option,
     say as _say,
     verbose_option,
@@ -482,10 +483,8 @@ class _ScanProgress:
             self.running = f"{probe}{where}"
             self._show(description=self.running, total=event.total, completed=event.index - 1)
         elif event.kind == "result" and event.result is not None:
-            result = event.result
-            done = f" on {visible(result.device, 100)}" if result.device else where
             self._show(completed=event.index)
-            self._line(f"[{event.index}/{event.total}] {probe}{done}: {result.status.value} ({result.duration_s:.2f}s)")
+            self._line(progress_line(event))
 
 
 def _invocation(ctx: Any, options: dict[str, Any], redact: bool) -> dict[str, Any]:

@@ -16,7 +16,8 @@
   (`| head`) raises `ClosedPipe`, which the CLI turns into a quiet exit 141 (128 + SIGPIPE), as a
   shell reports for a tool killed by it.
 - gpudoctor's own messages (`say`, `fail`): one `gpudoctor: ...` line on stderr, through safetext,
-  and for `fail` the exit code (`EXIT_USAGE` unless told).
+  and for `fail` the exit code (`EXIT_USAGE` unless told); `progress_line`: a probe's result as
+  every scanning command shows it.
 
 Every refusal and failed write raises `OutputError` with one line for the user; the CLI
 (`gpudoctor.cli._Group.main`) prints it as `gpudoctor: ...` and exits 2, for every command alike.
@@ -381,6 +382,20 @@ def emit_line(output: Output, line: str) -> None:
     from gpudoctor.safetext import as_text
 
     emit(output, lambda console: console.print(as_text(f"gpudoctor: {line}"), highlight=False, soft_wrap=True))
+
+
+def progress_line(event: Any) -> str:
+    """A probe's result as the line a scan's progress prints for it, in every command that scans
+    (`scan` off a terminal, `run --bundle`, `scan --distributed`):
+    `[3/12] sdpa-backends on cuda:0: pass (0.25s)`. `event` is a runner progress event of kind
+    "result"; probe and device ids are shown through safetext."""
+    from gpudoctor.safetext import visible
+
+    result = event.result
+    device = result.device or getattr(event, "device", None)
+    where = f" on {visible(device, 100)}" if device else ""
+    return (f"[{event.index}/{event.total}] {visible(event.probe, 100)}{where}: "
+            f"{result.status.value} ({result.duration_s:.2f}s)")
 
 
 def render_to_text(render: Callable[[Any], None]) -> str:

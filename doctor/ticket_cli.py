@@ -32,6 +32,7 @@ from gpudoctor.output import (
     no_redact_option,
     output_option,
     plan_outputs,
+    progress_line,
     quiet_option,
     say as _say,
     verbose_option,
@@ -201,10 +202,8 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
               + (f" in {target}" if target else "") + " (--no-scan skips this)")
 
     def progress(event: Any) -> None:
-        if quiet or event.kind != "result" or event.result is None:
-            return
-        where = f" on {event.result.device}" if event.result.device else ""
-        _say(f"[{event.index}/{event.total}] {event.probe}{where}: {event.result.status.value}")
+        if not quiet and event.kind == "result" and event.result is not None:
+            _say(progress_line(event))
 
     try:
         report = runner.run_scan(runner.ScanOptions(python=target, probes=probes), progress=progress)

@@ -23,8 +23,8 @@ from typing import Any, List, Optional, Sequence
 import typer
 
 from gpudoctor.output import (EXIT_FINDINGS, EXIT_OK, Format, Output, command_help, emit, emit_line, emit_text, fail,
-                              format_option, no_redact_option, output_option, plan_outputs, quiet_option, say,
-                              verbose_option)
+                              format_option, no_redact_option, output_option, plan_outputs, progress_line, quiet_option,
+                              say, verbose_option)
 
 
 def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False, verbose: bool = False) -> int:
@@ -92,11 +92,7 @@ class _Progress:
 
     def __call__(self, event: Any) -> None:
         if getattr(event, "kind", None) == "result" and event.result is not None:
-            from gpudoctor.safetext import visible
-
-            where = f" on {visible(event.result.device, 100)}" if event.result.device else ""
-            say(f"[{event.index}/{event.total}] {visible(event.probe, 100)}{where}: "
-                f"{event.result.status.value} ({event.result.duration_s:.2f}s)")
+            say(progress_line(event))
 
 
 def _unless(quiet: bool) -> Any:

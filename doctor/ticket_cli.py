@@ -248,18 +248,21 @@ def report(
 
     Text, Markdown or JSON. A report of another schema version is read correctly or refused with one line (exit 2)."""
     from gpudoctor.reports import load, render
-    from gpudoctor.reports.model import report_from_dict
+    from gpudoctor.reports.model import ReportFormatError, report_from_dict
     from gpudoctor.reports.redact import redact_report
 
     [out] = plan_outputs(fmt, output)
     try:
-        data, _ = load.load_report(file)
+        data = load.load_report(file)
     except load.ReportError as exc:
         _fail(str(exc))
     if not no_redact:
         data = redact_report(data)
     # What is printed is made safe first; the JSON form keeps the values as they are (JSON escapes).
-    shown = report_from_dict(data if out.fmt is Format.json else load.sanitize(data))
+    try:
+        shown = report_from_dict(data if out.fmt is Format.json else load.sanitize(data))
+    except ReportFormatError as exc:  # validation should have refused it
+        _fail(f"{file}: not a valid report: {exc}")
     if out.fmt is Format.json:
         emit_text(out, _guarded(file, render.render_json)(shown))
     elif out.fmt is Format.md:
@@ -296,7 +299,7 @@ def diff(
     loaded = []
     for path in (a, b):
         try:
-            data, _ = load.load_report(path)
+            data = load.load_report(path)
         except load.ReportError as exc:
             _fail(str(exc))
         loaded.append(data if no_redact else redact_report(data))

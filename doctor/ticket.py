@@ -440,27 +440,6 @@ def _frame_md(frame: dict[str, Any] | None, *, table: bool = False) -> str:
     return f"{where}{func}{code}"
 
 
-def _versions_line(report: dict[str, Any]) -> str:
-    env = report.get("environment") or {}
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
-    nvml = env.get("nvml") if isinstance(env.get("nvml"), dict) else {}
-    python = env.get("python") if isinstance(env.get("python"), dict) else {}
-    parts = []
-    if torch.get("version"):
-        cuda = torch.get("built_with_cuda")
-        parts.append(f"torch {torch['version']}" + (f" (CUDA {cuda})" if cuda else " (no CUDA build)"))
-    if nvml.get("available") and nvml.get("driver_version"):
-        parts.append(f"driver {nvml['driver_version']} (CUDA {nvml.get('cuda_driver_version')})")
-    gpus = [g for g in (nvml.get("gpus") or []) if isinstance(g, dict)]
-    for gpu in gpus[:4]:
-        parts.append(f"{gpu.get('name')} (sm {gpu.get('capability')})")
-    if not gpus and torch and not torch.get("cuda_available"):
-        parts.append("no CUDA device")
-    if python.get("version"):
-        parts.append(f"Python {python['version']}")
-    return ", ".join(visible(str(p), 200) for p in parts) or "environment not collected"
-
-
 def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) -> str:
     """`ticket.md`: a GitHub/GitLab issue body, pasted as it is, under `limit` characters. The
     output tail gets what room the rest leaves."""
@@ -570,7 +549,10 @@ def _scan_markdown(scan: dict[str, Any]) -> list[str]:
     if not report:
         return []
     args = " ".join(f"--probe {p}" for p in probes)
-    out = ["", f"#### This machine (`gpudoctor scan {args}`)", "", _versions_line(report), "",
+    from gpudoctor.reports.render import environment_summary
+
+    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    out = ["", f"#### This machine (`gpudoctor scan {args}`)", "", md.text(environment_summary(env)), "",
            "| Probe | Device | Status | Summary |", "|---|---|---|---|"]
     for r in report.get("results") or []:
         status = str(r.get("status"))

@@ -558,7 +558,7 @@ def scan(
         from gpudoctor.fleet.command import scan_distributed, scan_ray
 
         fleet_scan = scan_ray if ray_cluster else scan_distributed
-        raise typer.Exit(fleet_scan(options, [(o.fmt.value, o.path) for o in outputs], quiet=quiet))
+        raise typer.Exit(fleet_scan(options, outputs, quiet=quiet))
 
     try:
         with _ScanProgress(stderr, quiet=quiet) as progress:

@@ -289,6 +289,7 @@ def diff(
     """Compare two reports, the causes of changed verdicts first.
 
     Exit 1 when a probe's verdict differs between A and B, 0 when none does."""
+    from gpudoctor.kb import KnowledgeBaseError
     from gpudoctor.reports import diff as rdiff
     from gpudoctor.reports import load
     from gpudoctor.reports.redact import redact_report
@@ -305,12 +306,8 @@ def diff(
         loaded.append(data if no_redact else redact_report(data))
     try:
         result = rdiff.diff_reports(loaded[0], loaded[1], name_a=a, name_b=b)
-    except Exception as exc:  # the knowledge base is damaged: the diff cannot rank
-        from gpudoctor.kb import KnowledgeBaseError
-
-        if isinstance(exc, KnowledgeBaseError):
-            _fail(f"the knowledge base is damaged: {exc}")
-        raise
+    except KnowledgeBaseError as exc:  # the diff ranks through the knowledge base
+        _fail(f"the knowledge base is damaged: {exc}")
     what = f"{a} and {b}"
     if out.fmt is Format.json:
         emit_text(out, _guarded(what, rdiff.render_json)(result))

@@ -27,7 +27,7 @@ from gpudoctor.output import (EXIT_FINDINGS, EXIT_OK, Format, Output, command_he
                               say, verbose_option)
 
 
-def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False, verbose: bool = False) -> int:
+def emit_fleet(data: dict[str, Any], outputs: Sequence[Output], quiet: bool = False, verbose: bool = False) -> int:
     """Write the fleet report `data` to every planned output (`gpudoctor.output.Output`), as scan
     writes its report; returns the exit code. When nothing went to standard output and not
     quiet, the verdict is one line on stderr (merge has no progress to show otherwise)."""
@@ -47,12 +47,6 @@ def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False
     if not quiet and not any(o.to_stdout for o in outputs):
         say(verdict)
     return EXIT_FINDINGS if render.has_problems(data) else EXIT_OK
-
-
-def _planned(outputs: Sequence[tuple[str, str]]) -> list[Any]:
-    """scan's already planned and checked outputs, as (format, path) pairs -> Output."""
-    return [Output(Format(fmt), path, "-o") for fmt, path in outputs if path] \
-        or [Output(Format.text, "-", "--format")]
 
 
 def merge(
@@ -100,9 +94,9 @@ def _unless(quiet: bool) -> Any:
     return (lambda message: None) if quiet else say
 
 
-def scan_distributed(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
+def scan_distributed(options: Any, outputs: Sequence[Output], quiet: bool = False) -> int:
     """`gpudoctor scan --distributed`: run this rank's part; rank 0 writes the fleet report to
-    scan's planned outputs, (format, path) pairs. Every other rank exits 0 whatever happened to
+    scan's planned (and checked) outputs. Every other rank exits 0 whatever happened to
     it: its story is in rank 0's report."""
     from gpudoctor.fleet.distributed import DistributedError, run_distributed
     from gpudoctor.runner import ScanError
@@ -115,10 +109,10 @@ def scan_distributed(options: Any, outputs: list[tuple[str, str]], quiet: bool =
         if outcome.error:
             say(f"rank {outcome.rank}: {outcome.error}")
         return EXIT_OK
-    return emit_fleet(outcome.fleet, _planned(outputs), quiet=quiet)
+    return emit_fleet(outcome.fleet, outputs, quiet=quiet)
 
 
-def scan_ray(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
+def scan_ray(options: Any, outputs: Sequence[Output], quiet: bool = False) -> int:
     """`gpudoctor scan --ray`: one scan per Ray node, one fleet report (gpudoctor.fleet.rayscan)."""
     from gpudoctor.fleet.distributed import DistributedError
     from gpudoctor.fleet.rayscan import scan_cluster
@@ -127,7 +121,7 @@ def scan_ray(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) 
         data = scan_cluster(options, say=_unless(quiet))
     except DistributedError as exc:
         fail(str(exc))
-    return emit_fleet(data, _planned(outputs), quiet=quiet)
+    return emit_fleet(data, outputs, quiet=quiet)
 
 
 def register(app: typer.Typer) -> None:

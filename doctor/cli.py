@@ -487,18 +487,13 @@ class _ScanProgress:
             self._line(progress_line(event))
 
 
-def _invocation(ctx: Any, options: dict[str, Any], redact: bool) -> dict[str, Any]:
+def _invocation(ctx: Any, options: dict[str, Any]) -> dict[str, Any]:
     """What made the report: the command line and the options it resolved to (redacted with the
-    report unless --no-redact)."""
+    rest of the report unless --no-redact)."""
     import shlex
 
     argv = ["gpudoctor", *(ctx.obj.get("argv", []) if isinstance(ctx.obj, dict) else [])]
-    invocation = {"command": shlex.join(argv), "argv": argv, "options": options}
-    if redact:
-        from gpudoctor.reports.redact import Redactor
-
-        invocation = Redactor().value(invocation)
-    return invocation
+    return {"command": shlex.join(argv), "argv": argv, "options": options}
 
 
 def scan(
@@ -560,13 +555,18 @@ def scan(
         fleet_scan = scan_ray if ray_cluster else scan_distributed
         raise typer.Exit(fleet_scan(options, outputs, quiet=quiet))
 
+    import dataclasses
+
     try:
         with _ScanProgress(stderr, quiet=quiet) as progress:
-            report = runner.run_scan(options, progress=progress)
+            # Redacted below, with its invocation, by one Redactor: a placeholder such as
+            # <host-1> then means the same machine in the command line and in the results.
+            report = runner.run_scan(dataclasses.replace(options, redact=False), progress=progress)
     except runner.ScanError as exc:
         _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))  # ScanInterrupted: 128 + signal
 
     from gpudoctor.reports import render
+    from gpudoctor.reports.redact import redact
 
     report.invocation = _invocation(ctx, {
         **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "probe_options"},
@@ -575,7 +575,9 @@ def scan(
         "probe_options": [f"{key}={value}" for key, value in options.probe_options],
         "outputs": [{"format": o.fmt.value, "path": o.path} for o in outputs],
         "verbose": verbose, "quiet": quiet,
-    }, options.redact)
+    })
+    if options.redact:
+        report = redact(report)
     for out in outputs:
         if out.fmt is Format.json:
             emit_text(out, render.render_json(report))

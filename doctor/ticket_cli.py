@@ -206,7 +206,9 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
             _say(progress_line(event))
 
     try:
-        report = runner.run_scan(runner.ScanOptions(python=target, probes=probes), progress=progress)
+        # Not redacted here: the ticket's own Redactor redacts it with the rest of the bundle
+        # (`ticket.attach_scan`), so a placeholder means the same value in every file.
+        report = runner.run_scan(runner.ScanOptions(python=target, probes=probes, redact=False), progress=progress)
     except runner.ScanError as exc:
         if not quiet:
             _say(f"the scan could not run: {exc}")

@@ -633,9 +633,11 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
         _fail(str(exc))
     if out.fmt is Format.json:
         emit_text(out, json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n")
-    elif out.fmt is Format.md:
-        rows = [f"| `{p['id']}` | {visible(p['title'], 200).replace('|', '/')} | {', '.join(p['emits']) or '-'} |"
-                for p in probes]
+    elif out.fmt is Format.md:  # a --probe-file's id and title are anyone's text
+        from gpudoctor.reports import markdown as md
+
+        rows = [f"| {md.code_span(p['id'], 100, table=True)} | {md.cell(p['title'], 200)} | "
+                f"{md.cell(', '.join(p['emits']) or '-')} |" for p in probes]
         emit_text(out, "\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n")
     else:
         def table(console: Any) -> None:

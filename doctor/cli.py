@@ -31,30 +31,33 @@ import math
 import os
 import re
 import sys
-from typing import Any, List, NoReturn, Optional
+from typing import Any, List, Optional
 
 import typer
 import typer.core
 
-# The output convention; the names are part of this module's interface too.
-from gpudoctor.output import (  # noqa: F401
-    FORMAT_HELP,
-    OUTPUT_HELP,
+from gpudoctor.output import (
+    EXIT_CLOSED_PIPE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
     ClosedPipe,
     Format,
     Output,
     OutputError,
-    check_output,
     command_help,
     emit,
+    emit_line,
     emit_text,
+    fail as _fail,
     format_option,
     no_redact_option,
     output_option,
     plan_outputs,
+    progress_line,
     quiet_option,
+    say as _say,
     verbose_option,
-    write_file,
 )
 
 try:  # typer >= 0.20 vendors click as typer._click; older typers use click itself
@@ -64,11 +67,6 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 _NO_ARGS = getattr(_click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
 _ABORT = getattr(_click_errors, "Abort", None) or getattr(typer, "Abort")  # where this typer keeps it
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended
 
 MAX_TIMEOUT_S = 86400.0  # a probe limit beyond a day is a typo, not a limit
 
@@ -91,18 +89,6 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _say(message: str) -> None:
-    """One line of gpudoctor's own on stderr. Messages quote what the user typed (a path, a value):
-    shown through safetext, never as raw escape sequences."""
-    from gpudoctor.safetext import visible
-
-    try:
-        sys.stderr.write(f"gpudoctor: {visible(message, 2000)}\n")
-        sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
 
@@ -192,12 +178,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """One clear line on stderr and the exit code; never a traceback."""
-    _say(message)
-    raise typer.Exit(code)
 
 
 def _version(value: bool) -> None:
@@ -503,24 +483,17 @@ class _ScanProgress:
             self.running = f"{probe}{where}"
             self._show(description=self.running, total=event.total, completed=event.index - 1)
         elif event.kind == "result" and event.result is not None:
-            result = event.result
-            done = f" on {visible(result.device, 100)}" if result.device else where
             self._show(completed=event.index)
-            self._line(f"[{event.index}/{event.total}] {probe}{done}: {result.status.value} ({result.duration_s:.2f}s)")
+            self._line(progress_line(event))
 
 
-def _invocation(ctx: Any, options: dict[str, Any], redact: bool) -> dict[str, Any]:
+def _invocation(ctx: Any, options: dict[str, Any]) -> dict[str, Any]:
     """What made the report: the command line and the options it resolved to (redacted with the
-    report unless --no-redact)."""
+    rest of the report unless --no-redact)."""
     import shlex
 
     argv = ["gpudoctor", *(ctx.obj.get("argv", []) if isinstance(ctx.obj, dict) else [])]
-    invocation = {"command": shlex.join(argv), "argv": argv, "options": options}
-    if redact:
-        from gpudoctor.reports.redact import Redactor
-
-        invocation = Redactor().value(invocation)
-    return invocation
+    return {"command": shlex.join(argv), "argv": argv, "options": options}
 
 
 def scan(
@@ -580,15 +553,20 @@ def scan(
         from gpudoctor.fleet.command import scan_distributed, scan_ray
 
         fleet_scan = scan_ray if ray_cluster else scan_distributed
-        raise typer.Exit(fleet_scan(options, [(o.fmt.value, o.path) for o in outputs], quiet=quiet))
+        raise typer.Exit(fleet_scan(options, outputs, quiet=quiet))
+
+    import dataclasses
 
     try:
         with _ScanProgress(stderr, quiet=quiet) as progress:
-            report = runner.run_scan(options, progress=progress)
+            # Redacted below, with its invocation, by one Redactor: a placeholder such as
+            # <host-1> then means the same machine in the command line and in the results.
+            report = runner.run_scan(dataclasses.replace(options, redact=False), progress=progress)
     except runner.ScanError as exc:
         _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))  # ScanInterrupted: 128 + signal
 
     from gpudoctor.reports import render
+    from gpudoctor.reports.redact import redact
 
     report.invocation = _invocation(ctx, {
         **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "probe_options"},
@@ -597,15 +575,16 @@ def scan(
         "probe_options": [f"{key}={value}" for key, value in options.probe_options],
         "outputs": [{"format": o.fmt.value, "path": o.path} for o in outputs],
         "verbose": verbose, "quiet": quiet,
-    }, options.redact)
+    })
+    if options.redact:
+        report = redact(report)
     for out in outputs:
         if out.fmt is Format.json:
             emit_text(out, render.render_json(report))
         elif out.fmt is Format.md:
             emit_text(out, render.render_markdown(report))
         elif quiet:
-            emit(out, lambda console: console.print(f"gpudoctor: {render.verdict(report).line}", markup=False,
-                                                    highlight=False, soft_wrap=True))
+            emit_line(out, render.verdict(report).line)
         else:
             emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
@@ -654,9 +633,11 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
         _fail(str(exc))
     if out.fmt is Format.json:
         emit_text(out, json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n")
-    elif out.fmt is Format.md:
-        rows = [f"| `{p['id']}` | {visible(p['title'], 200).replace('|', '/')} | {', '.join(p['emits']) or '-'} |"
-                for p in probes]
+    elif out.fmt is Format.md:  # a --probe-file's id and title are anyone's text
+        from gpudoctor.reports import markdown as md
+
+        rows = [f"| {md.code_span(p['id'], 100, table=True)} | {md.cell(p['title'], 200)} | "
+                f"{md.cell(', '.join(p['emits']) or '-')} |" for p in probes]
         emit_text(out, "\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n")
     else:
         def table(console: Any) -> None:

@@ -289,53 +289,34 @@ def _lexer(name: str):
 # --- Markdown ------------------------------------------------------------------------------------
 
 
-def _md_inline(text: str) -> str:
-    """Untrusted text inside Markdown: visible characters only, and no Markdown or HTML."""
-    from gpudoctor.safetext import visible
-
-    text = visible(text, _EVIDENCE_CHARS).replace("\n", " ")
-    for ch in "\\`*_[]<>|#":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
-def _md_prose(text: str) -> str:
-    """The knowledge base's own prose (trusted, written with `code` spans) kept as Markdown, with
-    `<` outside code spans escaped: "<your arch>" must not be swallowed as an HTML tag."""
-    import re
-
-    parts = re.split(r"(`[^`\n]*`)", text)
-    return "".join(part if len(part) > 1 and part.startswith("`") and part.endswith("`")
-                   else part.replace("<", "\\<") for part in parts)
-
-
 def render_markdown(explanation: Explanation) -> str:
     """The same report as Markdown, for a bug ticket: the verdict (with the lines of the input that
     decided it and what was captured from them), the other matches, then the entry in full.
-    Text from the input is escaped (`_md_inline`); the knowledge base's prose stays Markdown."""
-    from gpudoctor.reports.markdown import fence
+    Text from the input is escaped, the knowledge base's prose stays Markdown (both through
+    gpudoctor.reports.markdown, as in every Markdown gpudoctor writes)."""
+    from gpudoctor.reports import markdown as md
 
     out: list[str] = []
     best, entry = explanation.best, explanation.entry
     if entry is None:
         return "No known failure matched this text. Run `gpudoctor scan` to probe this machine.\n"
-    out.append(f"## `{entry.id}`: {_md_prose(entry.title)}")
+    out.append(f"## `{entry.id}`: {md.prose(entry.title)}")
     out.append("")
     if best is not None:
         out.append(f"**{best.confidence:.0%} confident**, from {_where(best)} of the input.")
         out.append("")
-    out.append(f"**Cause:** {_md_prose(entry.cause)}")
+    out.append(f"**Cause:** {md.prose(entry.cause)}")
     out.append("")
-    out.append(f"**Fix:** {_md_prose(entry.quick_fix)}")
+    out.append(f"**Fix:** {md.prose(entry.quick_fix)}")
     if best is not None:
         out.append("")
         for text, line in zip(best.evidence, best.lines):
-            out.append(f"- {'line ' + str(line) if line else 'fact'}: {_md_inline(text)}")
+            out.append(f"- {'line ' + str(line) if line else 'fact'}: {md.text(text, _EVIDENCE_CHARS)}")
         for fact in best.decided_by:
             if fact not in best.evidence:
-                out.append(f"- decided by: {_md_inline(fact)}")
+                out.append(f"- decided by: {md.text(fact, _EVIDENCE_CHARS)}")
         for line in best.context_lines():
-            out.append(f"- in your text: {_md_inline(line)}")
+            out.append(f"- in your text: {md.text(line, _EVIDENCE_CHARS)}")
     if len(explanation.matches) > 1:
         out += ["", "### Also in this text", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
         for rank, m in enumerate(explanation.matches[1:], 2):
@@ -343,22 +324,22 @@ def render_markdown(explanation: Explanation) -> str:
             if m.consequence_of:
                 label = f"consequence of `{m.consequence_of[0]}`"
             out.append(f"| {rank} | `{m.id}` | {label} | {m.first_line or ''} |")
-    out += ["", "### What happened", "", _md_prose(entry.what), "", "### Why", ""]
-    out += [f"- {_md_prose(w)}" for w in entry.why]
+    out += ["", "### What happened", "", md.prose(entry.what), "", "### Why", ""]
+    out += [f"- {md.prose(w)}" for w in entry.why]
     out += ["", "### Fix", ""]
-    out += [f"{n}. {_md_prose(step)}" for n, step in enumerate(entry.fix, 1)]
+    out += [f"{n}. {md.prose(step)}" for n, step in enumerate(entry.fix, 1)]
     out += ["", f"### Patch ({entry.applicability})", ""]
     if entry.fix_safety:
-        out += [_md_prose(entry.fix_safety), ""]
-    out.append(fence(entry.patch, entry.patch_lang))
+        out += [md.prose(entry.fix_safety), ""]
+    out.append(md.fence(entry.patch, entry.patch_lang))
     if entry.misconceptions:
         out += ["", "### Common misconceptions", ""]
         for m in entry.misconceptions:
-            out.append(f"- **Claim:** {_md_prose(m.claim)}  \n  **What is true:** {_md_prose(m.truth)}  \n"
-                       f"  **Evidence:** {_md_prose(m.evidence)}")
+            out.append(f"- **Claim:** {md.prose(m.claim)}  \n  **What is true:** {md.prose(m.truth)}  \n"
+                       f"  **Evidence:** {md.prose(m.evidence)}")
     out += ["", "### References", ""]
     # <url>: a link destination that may hold parentheses and spaces.
-    out += [f"- [{_md_prose(r.title).replace(']', ')')}](<{r.url}>)" for r in entry.references]
+    out += [f"- [{md.prose(r.title).replace(']', ')')}](<{r.url}>)" for r in entry.references]
     if entry.probes:
         out += ["", "Check this machine: `gpudoctor scan " + " ".join(f"--probe {p}" for p in entry.probes) + "`"]
     return "\n".join(out) + "\n"

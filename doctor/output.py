@@ -11,9 +11,13 @@
 - Files are written whole or not at all (`write_file`: a temporary file in the same folder, then a
   rename that replaces the path itself, never a link's target); a FIFO or a terminal device is
   written through.
-- Standard output (`emit`, `emit_text`): a rich Console for text (colour only on a terminal), the
-  finished text for JSON and Markdown. A closed pipe (`| head`) raises `ClosedPipe`, which the CLI
-  turns into a quiet exit 141 (128 + SIGPIPE), as a shell reports for a tool killed by it.
+- Standard output (`emit`, `emit_text`, `emit_line`): a rich Console for text (colour only on a
+  terminal), the finished text for JSON and Markdown, `gpudoctor: <verdict>` for -q. A closed pipe
+  (`| head`) raises `ClosedPipe`, which the CLI turns into a quiet exit 141 (128 + SIGPIPE), as a
+  shell reports for a tool killed by it.
+- gpudoctor's own messages (`say`, `fail`): one `gpudoctor: ...` line on stderr, through safetext,
+  and for `fail` the exit code (`EXIT_USAGE` unless told); `progress_line`: a probe's result as
+  every scanning command shows it.
 
 Every refusal and failed write raises `OutputError` with one line for the user; the CLI
 (`gpudoctor.cli._Group.main`) prints it as `gpudoctor: ...` and exits 2, for every command alike.
@@ -27,12 +31,39 @@ import os
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+# Exit codes, the same for every command (README "Conventions").
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended
 
 TEXT_FILE_WIDTH = 100  # the terminal report written to a file
 
 FORMAT_HELP = "Output format: text (for people), json, or md (Markdown)."
 OUTPUT_HELP = "Write the output to PATH (- for standard output, the default); .json or .md picks the format."
+
+
+def say(message: str) -> None:
+    """One line of gpudoctor's own on stderr. Messages quote what the user typed or what an input
+    held (a path, a value, another rank's error): shown through safetext, never as raw escape
+    sequences. Flushed at once: `gpudoctor run` shares stderr with the command it runs."""
+    from gpudoctor.safetext import visible
+
+    try:
+        sys.stderr.write(f"gpudoctor: {visible(message, 2000)}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """One clear line on stderr (`say`) and the exit code; never a traceback."""
+    import typer
+
+    say(message)
+    raise typer.Exit(code)
 
 
 class OutputError(Exception):
@@ -343,6 +374,28 @@ def text_renderer(text: str) -> Callable[[Any], None]:
 def emit_text(output: Output, text: str) -> None:
     """Finished text (JSON, Markdown, a diff) to `output`."""
     emit(output, text_renderer(text))
+
+
+def emit_line(output: Output, line: str) -> None:
+    """The one-line verdict of -q, `gpudoctor: <line>`, to `output`: printed as text (a verdict can
+    quote a report's summary), never as markup or emoji codes."""
+    from gpudoctor.safetext import as_text
+
+    emit(output, lambda console: console.print(as_text(f"gpudoctor: {line}"), highlight=False, soft_wrap=True))
+
+
+def progress_line(event: Any) -> str:
+    """A probe's result as the line a scan's progress prints for it, in every command that scans
+    (`scan` off a terminal, `run --bundle`, `scan --distributed`):
+    `[3/12] sdpa-backends on cuda:0: pass (0.25s)`. `event` is a runner progress event of kind
+    "result"; probe and device ids are shown through safetext."""
+    from gpudoctor.safetext import visible
+
+    result = event.result
+    device = result.device or getattr(event, "device", None)
+    where = f" on {visible(device, 100)}" if device else ""
+    return (f"[{event.index}/{event.total}] {visible(event.probe, 100)}{where}: "
+            f"{result.status.value} ({result.duration_s:.2f}s)")
 
 
 def render_to_text(render: Callable[[Any], None]) -> str:

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from gpudoctor import pytrace
-from gpudoctor.reports.markdown import code_span as _code
-from gpudoctor.reports.markdown import fence as _fence
+from gpudoctor.reports import markdown as md
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -395,11 +394,6 @@ def _cwd() -> str:
 # --- rendering -----------------------------------------------------------------------------------
 
 
-def _plain(text: Any) -> str:
-    """Trusted prose (knowledge-base text) for a Markdown paragraph: only controls made visible."""
-    return visible(str(text))
-
-
 # Fixed sentences (the locations, which come from the command's output, are in the table above).
 _LOCALIZATION_MD = {
     "moved": "The first run blamed the wrong line: CUDA reports a kernel's error at a later API call.",
@@ -437,34 +431,13 @@ def _where_md(best: dict[str, Any], tb: dict[str, Any] | None, diag: dict[str, A
     return "; ".join(parts)
 
 
-def _frame_md(frame: dict[str, Any] | None) -> str:
+def _frame_md(frame: dict[str, Any] | None, *, table: bool = False) -> str:
     if not frame:
         return "no Python traceback"
-    where = _code(f"{frame.get('file')}:{frame.get('line')}")
-    func = f" in {_code(frame['function'])}" if frame.get("function") else ""
-    code = f": {_code(frame['code'])}" if frame.get("code") else ""
+    where = md.code_span(f"{frame.get('file')}:{frame.get('line')}", table=table)
+    func = f" in {md.code_span(frame['function'], table=table)}" if frame.get("function") else ""
+    code = f": {md.code_span(frame['code'], table=table)}" if frame.get("code") else ""
     return f"{where}{func}{code}"
-
-
-def _versions_line(report: dict[str, Any]) -> str:
-    env = report.get("environment") or {}
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
-    nvml = env.get("nvml") if isinstance(env.get("nvml"), dict) else {}
-    python = env.get("python") if isinstance(env.get("python"), dict) else {}
-    parts = []
-    if torch.get("version"):
-        cuda = torch.get("built_with_cuda")
-        parts.append(f"torch {torch['version']}" + (f" (CUDA {cuda})" if cuda else " (no CUDA build)"))
-    if nvml.get("available") and nvml.get("driver_version"):
-        parts.append(f"driver {nvml['driver_version']} (CUDA {nvml.get('cuda_driver_version')})")
-    gpus = [g for g in (nvml.get("gpus") or []) if isinstance(g, dict)]
-    for gpu in gpus[:4]:
-        parts.append(f"{gpu.get('name')} (sm {gpu.get('capability')})")
-    if not gpus and torch and not torch.get("cuda_available"):
-        parts.append("no CUDA device")
-    if python.get("version"):
-        parts.append(f"Python {python['version']}")
-    return ", ".join(visible(str(p), 200) for p in parts) or "environment not collected"
 
 
 def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) -> str:
@@ -475,16 +448,16 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
     matches = diag.get("matches") or []
     cmd = ticket["command"]["line"]
     exit_ = ticket["exit"]
-    head = [f"### {_code(cmd)} fails" + (f": {_plain(entry['title'])}" if entry else "")]
-    head += ["", f"{_code(cmd)} {exit_['how']} after {exit_['duration_s']:.1f} s"
+    head = [f"### {md.code_span(cmd)} fails" + (f": {md.prose(entry['title'])}" if entry else "")]
+    head += ["", f"{md.code_span(cmd)} {exit_['how']} after {exit_['duration_s']:.1f} s"
              + (" (interrupted)" if exit_.get("interrupted") else "") + "."]
     body: list[str] = []
     best = matches[0] if matches else {}
     if entry:
         conf = f"{best.get('confidence', 0):.0%}" if best else ""
         via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
-        body += ["", f"**Diagnosis**{via}: `{entry['id']}` ({conf}): {_plain(entry['title'])}", "",
-                 _plain(entry["what"])]
+        body += ["", f"**Diagnosis**{via}: `{entry['id']}` ({conf}): {md.prose(entry['title'])}", "",
+                 md.prose(entry["what"])]
     else:
         body += ["", "**Diagnosis**: no known failure was recognised in the output."]
     tb = diag.get("traceback")
@@ -497,36 +470,37 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         body += ["", "#### Where it really failed (CUDA_LAUNCH_BLOCKING=1)", ""]
         if loc["verdict"] in ("moved", "same"):
             body += ["| | Location |", "|---|---|",
-                     f"| First run blamed | {_frame_md(loc.get('blamed'))} |",
-                     f"| Synchronous re-run | {_frame_md(loc.get('real'))} |"]
+                     f"| First run blamed | {_frame_md(loc.get('blamed'), table=True)} |",
+                     f"| Synchronous re-run | {_frame_md(loc.get('real'), table=True)} |"]
             extra = []
             if loc.get("operator"):
-                extra.append(f"operator {_code(loc['operator'])}")
+                extra.append(f"operator {md.code_span(loc['operator'])}")
             if loc.get("call"):
                 call = loc["call"]
-                extra.append(f"called into {_code(call.get('function') or '?')} ({_code(str(call.get('file')) + ':' + str(call.get('line')))})")
+                where = md.code_span(f"{call.get('file')}:{call.get('line')}")
+                extra.append(f"called into {md.code_span(call.get('function') or '?')} ({where})")
             if extra:
                 body += ["", "Failing: " + ", ".join(extra) + "."]
         body += ["", _LOCALIZATION_MD.get(loc["verdict"], "")]
         if loc.get("exception"):
-            body += ["", _fence(visible(loc["exception"], _LINE_CHARS), "text")]
+            body += ["", md.fence(loc["exception"], "text", _LINE_CHARS)]
 
     if tb:
         lines = [visible(line, _LINE_CHARS) for line in _traceback_lines(tb)]
-        body += ["", "#### Error", "", _fence("\n".join(lines[-_ERROR_LINES:]), "text")]
+        body += ["", "#### Error", "", md.fence("\n".join(lines[-_ERROR_LINES:]), "text")]
     elif matches:
-        body += ["", "#### Error", "", _fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
+        body += ["", "#### Error", "", md.fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
 
     if entry:
         body += ["", "#### Fix", ""]
-        body += [f"{i}. {_plain(step)}" for i, step in enumerate(entry["fix"], 1)]
+        body += [f"{i}. {md.prose(step)}" for i, step in enumerate(entry["fix"], 1)]
         if entry.get("patch"):
-            body += ["", _fence(entry["patch"], entry.get("patch_lang") or "")]
+            body += ["", md.fence(entry["patch"], entry.get("patch_lang") or "")]
         if entry.get("applicability") != "safe" and entry.get("fix_safety"):
-            body += ["", f"Patch safety: {entry['applicability']}: {_plain(entry['fix_safety'])}"]
+            body += ["", f"Patch safety: {entry['applicability']}: {md.prose(entry['fix_safety'])}"]
         refs = entry.get("references") or []
         if refs:
-            body += ["", "References: " + "; ".join(f"[{_plain(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
+            body += ["", "References: " + "; ".join(f"[{md.prose(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
         body += ["", f"More: `gpudoctor explain {entry['id']}`"]
     if len(matches) > 1:
         body += ["", "#### Also recognised in the output", "", f"| id | confidence | {_lines_label(diag)} | evidence |",
@@ -536,7 +510,7 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
             note = " (context)" if m.get("context_only") else ""
             if m.get("consequence_of"):
                 note = f" (after `{m['consequence_of'].get('id')}`)"
-            body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {m.get('line') or ''} | {_code(ev)} |")
+            body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {m.get('line') or ''} | {md.code_span(ev, table=True)} |")
 
     body += _scan_markdown(ticket.get("scan") or {})
 
@@ -544,7 +518,7 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         f"gpudoctor {visible(ticket['tool']['version'], 40)}",
         visible(ticket.get("created", ""), 40),
         "redacted: user names, host names, tokens, keys and hardware ids" if ticket.get("redacted") else "NOT redacted",
-        f"command run in {_code(ticket['command'].get('cwd', '?'))}",
+        f"command run in {md.code_span(ticket['command'].get('cwd', '?'))}",
     ]) + "</sub>", ""]
 
     fixed = "\n".join(head + body)
@@ -571,23 +545,26 @@ def _scan_markdown(scan: dict[str, Any]) -> list[str]:
     probes = scan.get("probes") or []
     report = scan.get("report")
     if scan.get("error"):
-        return ["", "#### This machine", "", f"The scan could not run: {_code(scan['error'])}"]
+        return ["", "#### This machine", "", f"The scan could not run: {md.code_span(scan['error'])}"]
     if not report:
         return []
     args = " ".join(f"--probe {p}" for p in probes)
-    out = ["", f"#### This machine (`gpudoctor scan {args}`)", "", _versions_line(report), "",
+    from gpudoctor.reports.render import environment_summary
+
+    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    out = ["", f"#### This machine (`gpudoctor scan {args}`)", "", md.text(environment_summary(env)), "",
            "| Probe | Device | Status | Summary |", "|---|---|---|---|"]
     for r in report.get("results") or []:
         status = str(r.get("status"))
         status = f"**{status}**" if status in ("fail", "crashed", "timed_out") else status
-        out.append(f"| `{visible(str(r.get('probe')), 60)}` | {_code(r.get('device') or '-')} | {status} | "
-                   f"{_code(r.get('summary') or '')} |")
+        out.append(f"| {md.code_span(r.get('probe'), 60, table=True)} | {md.code_span(r.get('device') or '-', table=True)} | "
+                   f"{status} | {md.code_span(r.get('summary') or '', table=True)} |")
     findings = [(r, f) for r in report.get("results") or [] for f in r.get("findings") or []]
     if findings:
         out.append("")
         for r, f in findings[:20]:
-            out.append(f"- `{visible(str(f.get('kb_id')), 60)}` from `{visible(str(r.get('probe')), 60)}`: "
-                       f"{_code(f.get('summary') or '')}")
+            out.append(f"- {md.code_span(f.get('kb_id'), 60)} from {md.code_span(r.get('probe'), 60)}: "
+                       f"{md.code_span(f.get('summary') or '')}")
     return out
 
 
@@ -612,7 +589,7 @@ def _tail_section(lines: list[str], room: int, redacted: bool) -> list[str]:
     # Numbered as the diagnosis numbers them: lines first..total of output.log.
     first, total = len(lines_all) - len(chosen) + 1, len(lines_all)
     return ["", f"<details><summary>Output (lines {first}-{total} of output.log{', redacted' if redacted else ''})"
-                "</summary>", "", _fence("\n".join(chosen), "text"), "", "</details>"]
+                "</summary>", "", md.fence("\n".join(chosen), "text"), "", "</details>"]
 
 
 def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = False) -> None:

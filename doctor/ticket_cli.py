@@ -1,8 +1,8 @@
 """The ticket commands: `gpudoctor run`, `gpudoctor report` and `gpudoctor diff`.
 
 Registered on the main app by `gpudoctor.cli` (`register(app)`). They follow the conventions of
-every command, with the same implementation (gpudoctor.output and the shared options of
-gpudoctor.cli): `--format text|json|md` (inferred from the `-o` file's suffix, .json or .md, when
+every command, with the same implementation (gpudoctor.output: its option factories, output
+writing, messages and exit codes): `--format text|json|md` (inferred from the `-o` file's suffix, .json or .md, when
 not given), `-o/--output PATH` (`-` is standard output) checked before any work and written whole,
 never through a link; `-q`, `-v`, `--no-redact`; one line on stderr and exit code 2 for bad input,
 no traceback; 141 for a closed pipe. `run` exits with the command's own exit status (128 + N when
@@ -13,47 +13,30 @@ here imports torch.
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from gpudoctor.output import (
+    EXIT_FINDINGS,
+    EXIT_OK,
     ClosedPipe,
     Format,
     Output,
     OutputError,
     emit,
+    emit_line,
     emit_text,
+    fail as _fail,
     format_option,
     no_redact_option,
     output_option,
     plan_outputs,
+    progress_line,
     quiet_option,
+    say as _say,
     verbose_option,
 )
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    from gpudoctor.safetext import visible
-
-    sys.stderr.write(f"gpudoctor: {visible(message, 1000)}\n")
-    raise typer.Exit(code)
-
-
-def _note(message: str) -> None:
-    """A line of gpudoctor's own on stderr, written straight to the descriptor (the command shares it)."""
-    from gpudoctor.safetext import visible
-
-    try:
-        sys.stderr.flush()
-        os.write(2, f"gpudoctor: {visible(message, 2000)}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
 
 
 # --- run -----------------------------------------------------------------------------------------
@@ -107,9 +90,9 @@ def run(
         if quiet:
             return
         if n == 1:
-            _note("interrupt passed to the command; press Ctrl-C again to stop it")
+            _say("interrupt passed to the command; press Ctrl-C again to stop it")
         elif n == 2:
-            _note(f"stopping the command (SIGTERM, then SIGKILL in {runcmd.KILL_GRACE_S:g} s)")
+            _say(f"stopping the command (SIGTERM, then SIGKILL in {runcmd.KILL_GRACE_S:g} s)")
 
     try:
         result = runcmd.run_command(command, on_interrupt=interrupted)
@@ -119,7 +102,7 @@ def run(
         _after_run(result, localize=localize, bundle=bundle, no_scan=no_scan, python=python, out=out,
                    quiet=quiet, verbose=verbose, redact=not no_redact, interrupted=interrupted)
     except KeyboardInterrupt:
-        _note("interrupted; the diagnosis was not finished" + ("; no bundle written" if bundle else ""))
+        _say("interrupted; the diagnosis was not finished" + ("; no bundle written" if bundle else ""))
         raise typer.Exit(130)
     raise typer.Exit(result.exit_status)
 
@@ -138,7 +121,7 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         redactor = Redactor()
     if result.ok:
         if not quiet:
-            _note(f"`{_line(result.argv, redactor)}` {result.how} after {result.duration_s:.1f} s; nothing to explain"
+            _say(f"`{_line(result.argv, redactor)}` {result.how} after {result.duration_s:.1f} s; nothing to explain"
                   + ("; no bundle written" if bundle else ""))
         if out is not None:
             record = ticket.build_ticket(result, ticket.Diagnosis((), None), redactor=redactor)
@@ -150,16 +133,16 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
     if localize:
         if ticket.is_asynchronous(diagnosis):
             if os.environ.get("CUDA_LAUNCH_BLOCKING") != "1" and not quiet:
-                _note("asynchronous CUDA error: re-running once with "
+                _say("asynchronous CUDA error: re-running once with "
                       + " ".join(f"{k}={v}" for k, v in ticket.LOCALIZE_ENV.items()) + " to find the line that really failed")
             # The first run consumed a piped stdin; a terminal is still there to type into.
             stdin = None if _isatty(0) else subprocess.DEVNULL
             try:
                 localization = ticket.localize(result.argv, diagnosis, stdin=stdin, on_interrupt=interrupted)
             except runcmd.RunError as exc:
-                _note(f"--localize: the re-run could not start: {exc}")
+                _say(f"--localize: the re-run could not start: {exc}")
         elif not quiet:
-            _note("--localize: not an asynchronous CUDA failure; nothing re-run")
+            _say("--localize: not an asynchronous CUDA failure; nothing re-run")
 
     record = ticket.build_ticket(result, diagnosis, localization=localization, redactor=redactor)
     if not quiet:
@@ -172,11 +155,11 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         try:
             folder, new_sub, files = ticket.write_bundle(bundle, record)
         except ticket.BundleError as exc:
-            _note(f"no bundle written: {exc}")
+            _say(f"no bundle written: {exc}")
         else:
             if not quiet:
                 where = f"{folder} (a new folder: {bundle} was not empty)" if new_sub else folder
-                _note(f"ticket bundle written to {where}: {', '.join(files)}; paste ticket.md into the issue")
+                _say(f"ticket bundle written to {where}: {', '.join(files)}; paste ticket.md into the issue")
     if out is not None:
         emit_text(out, _render_ticket(record, out.fmt, verbose))
 
@@ -215,20 +198,20 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
         return None, (), None
     target = python or ticket.guess_python(argv)
     if not quiet:
-        _note(f"scanning this machine for the ticket: {', '.join(probes)}"
+        _say(f"scanning this machine for the ticket: {', '.join(probes)}"
               + (f" in {target}" if target else "") + " (--no-scan skips this)")
 
     def progress(event: Any) -> None:
-        if quiet or event.kind != "result" or event.result is None:
-            return
-        where = f" on {event.result.device}" if event.result.device else ""
-        _note(f"[{event.index}/{event.total}] {event.probe}{where}: {event.result.status.value}")
+        if not quiet and event.kind == "result" and event.result is not None:
+            _say(progress_line(event))
 
     try:
-        report = runner.run_scan(runner.ScanOptions(python=target, probes=probes), progress=progress)
+        # Not redacted here: the ticket's own Redactor redacts it with the rest of the bundle
+        # (`ticket.attach_scan`), so a placeholder means the same value in every file.
+        report = runner.run_scan(runner.ScanOptions(python=target, probes=probes, redact=False), progress=progress)
     except runner.ScanError as exc:
         if not quiet:
-            _note(f"the scan could not run: {exc}")
+            _say(f"the scan could not run: {exc}")
         return None, probes, str(exc)
     return report, probes, None
 
@@ -267,25 +250,27 @@ def report(
 
     Text, Markdown or JSON. A report of another schema version is read correctly or refused with one line (exit 2)."""
     from gpudoctor.reports import load, render
-    from gpudoctor.reports.model import report_from_dict
+    from gpudoctor.reports.model import ReportFormatError, report_from_dict
     from gpudoctor.reports.redact import redact_report
 
     [out] = plan_outputs(fmt, output)
     try:
-        data, _ = load.load_report(file)
+        data = load.load_report(file)
     except load.ReportError as exc:
         _fail(str(exc))
     if not no_redact:
         data = redact_report(data)
     # What is printed is made safe first; the JSON form keeps the values as they are (JSON escapes).
-    shown = report_from_dict(data if out.fmt is Format.json else load.sanitize(data))
+    try:
+        shown = report_from_dict(data if out.fmt is Format.json else load.sanitize(data))
+    except ReportFormatError as exc:  # validation should have refused it
+        _fail(f"{file}: not a valid report: {exc}")
     if out.fmt is Format.json:
         emit_text(out, _guarded(file, render.render_json)(shown))
     elif out.fmt is Format.md:
         emit_text(out, _guarded(file, render.render_markdown)(shown))
     elif quiet:
-        line = _guarded(file, render.verdict)(shown).line
-        emit(out, lambda console: console.print(f"gpudoctor: {line}", markup=False, highlight=False, soft_wrap=True))
+        emit_line(out, _guarded(file, render.verdict)(shown).line)
     else:
         emit(out, _guarded(file, lambda console: render.render_terminal(shown, console, verbose=verbose)))
     raise typer.Exit(EXIT_FINDINGS if shown.has_problems else EXIT_OK)
@@ -306,6 +291,7 @@ def diff(
     """Compare two reports, the causes of changed verdicts first.
 
     Exit 1 when a probe's verdict differs between A and B, 0 when none does."""
+    from gpudoctor.kb import KnowledgeBaseError
     from gpudoctor.reports import diff as rdiff
     from gpudoctor.reports import load
     from gpudoctor.reports.redact import redact_report
@@ -316,26 +302,21 @@ def diff(
     loaded = []
     for path in (a, b):
         try:
-            data, _ = load.load_report(path)
+            data = load.load_report(path)
         except load.ReportError as exc:
             _fail(str(exc))
         loaded.append(data if no_redact else redact_report(data))
     try:
         result = rdiff.diff_reports(loaded[0], loaded[1], name_a=a, name_b=b)
-    except Exception as exc:  # the knowledge base is damaged: the diff cannot rank
-        from gpudoctor.kb import KnowledgeBaseError
-
-        if isinstance(exc, KnowledgeBaseError):
-            _fail(f"the knowledge base is damaged: {exc}")
-        raise
+    except KnowledgeBaseError as exc:  # the diff ranks through the knowledge base
+        _fail(f"the knowledge base is damaged: {exc}")
     what = f"{a} and {b}"
     if out.fmt is Format.json:
         emit_text(out, _guarded(what, rdiff.render_json)(result))
     elif out.fmt is Format.md:
         emit_text(out, _guarded(what, rdiff.render_markdown)(result))
     elif quiet:
-        line = _guarded(what, rdiff.summary_line)(result)
-        emit(out, lambda console: console.print(f"gpudoctor: {line}", markup=False, highlight=False, soft_wrap=True))
+        emit_line(out, _guarded(what, rdiff.summary_line)(result))
     else:
         emit(out, _guarded(what, lambda console: rdiff.render_text(result, console, verbose=verbose)))
     raise typer.Exit(EXIT_FINDINGS if result.verdicts_changed else EXIT_OK)

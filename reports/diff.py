@@ -17,7 +17,8 @@ architectures, torch's arch list, loaded CUDA libraries, environment variables, 
    name. Each changed verdict lists the differences linked to it, strongest first.
 
 Renderers: `render_text` (rich, on a Console), `render_markdown`, `render_json`; every value from a
-report is printed through `gpudoctor.safetext.visible`. Standard library only outside render_text.
+report is printed through `gpudoctor.safetext.visible`, and in Markdown through
+`gpudoctor.reports.markdown`. Standard library only outside render_text.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from gpudoctor.reports.markdown import code_span as _md
+from gpudoctor.reports import markdown as md
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -524,10 +525,14 @@ def render_text(diff: Diff, console: "Console", *, verbose: bool = False) -> Non
 
 
 def render_markdown(diff: Diff) -> str:
+    def cell(value: Any) -> str:
+        return md.code_span(value, table=True)
+
     a, b = diff.a, diff.b
     out = ["## gpudoctor diff", "",
-           f"- **A**: {_md(a['file'])}, gpudoctor {_md(a['tool_version'])}, {_md(a['created'])}",
-           f"- **B**: {_md(b['file'])}, gpudoctor {_md(b['tool_version'])}, {_md(b['created'])}", ""]
+           f"- **A**: {md.code_span(a['file'])}, gpudoctor {md.code_span(a['tool_version'])}, {md.code_span(a['created'])}",
+           f"- **B**: {md.code_span(b['file'])}, gpudoctor {md.code_span(b['tool_version'])}, {md.code_span(b['created'])}",
+           ""]
     if diff.verdicts:
         out += [f"### Verdicts that changed ({len(diff.verdicts)})", "",
                 "| Probe | A | B | Most likely because |", "|---|---|---|---|"]
@@ -535,8 +540,9 @@ def render_markdown(diff: Diff) -> str:
             because = []
             for e in v.explained_by[:3]:
                 d = next(d for d in diff.differences if d.key == e["key"])
-                because.append(f"{_md(d.label)} {_md(_change_text(d))} ({_link_text(dict(e, probe=v.probe))})")
-            out.append(f"| {_md(v.probe)} | {_md(_status(v, 'a'))} | **{_md(_status(v, 'b'))}** | "
+                because.append(f"{cell(d.label)} {cell(_change_text(d))} "
+                               f"({md.text(_link_text(dict(e, probe=v.probe)))})")
+            out.append(f"| {cell(v.probe)} | {cell(_status(v, 'a'))} | **{cell(_status(v, 'b'))}** | "
                        + ("<br>".join(because) or "no known link") + " |")
     else:
         out += ["Every probe has the same verdict on A and B."]
@@ -544,8 +550,8 @@ def render_markdown(diff: Diff) -> str:
     if diff.differences:
         out += ["| # | What | A | B | Explains |", "|---:|---|---|---|---|"]
         for n, d in enumerate(diff.differences, 1):
-            why = "; ".join(_link_text(e) for e in d.explains[:3])
-            out.append(f"| {n} | {_md(d.label)} | {_md(_value(d.a))} | {_md(_value(d.b))} | {why} |")
+            why = md.cell("; ".join(_link_text(e) for e in d.explains[:3]))
+            out.append(f"| {n} | {cell(d.label)} | {cell(_value(d.a))} | {cell(_value(d.b))} | {why} |")
     else:
         out.append("The environments do not differ in anything gpudoctor compares.")
     return "\n".join(out) + "\n"

@@ -1,10 +1,14 @@
 """Reading saved reports: other people's files, so untrusted input.
 
-`load_report(path)` returns the report's dict and its `Report`, or raises `ReportError` whose text is
-the one line the user sees. In order:
+`load_report(path)` returns the report's dict, or raises `ReportError` whose text is the one line the
+user sees. In order:
 
-1. Bytes, bounded: at most `MAX_REPORT_BYTES` are read; a FIFO, a pipe or `-` (standard input) is
-   read with a deadline (`READ_TIMEOUT_S`), never blocking forever; a directory is refused.
+1. Bytes, bounded: at most `MAX_REPORT_BYTES` are read; a directory is refused. A FIFO, a pipe or
+   a device named by its path is read with an idle deadline (`READ_TIMEOUT_S` without a byte ends
+   the read), never blocking forever on a writer that never comes. Standard input (`-`) is read to
+   its end without one, as `explain -` reads it: it is the user's own pipeline, and
+   `gpudoctor scan --format json | gpudoctor report -` waits for a scan that prints nothing until
+   it ends.
 2. Text: NUL bytes or invalid UTF-8 is "binary data"; a UTF-8 byte-order mark is accepted.
 3. JSON: strict (`NaN`/`Infinity` and duplicate keys are refused: two `status` keys in one result
    would be misread whichever one won); an error at the very end is reported as "truncated".
@@ -34,7 +38,7 @@ import sys
 import time
 from typing import Any
 
-from gpudoctor.reports.model import SCHEMA_VERSION, Report, report_from_dict
+from gpudoctor.reports.model import SCHEMA_VERSION
 
 MAX_REPORT_BYTES = 64 << 20
 READ_TIMEOUT_S = 30.0
@@ -54,7 +58,7 @@ class ReportError(Exception):
 
 def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float = READ_TIMEOUT_S) -> bytes:
     """At most `limit` bytes of `path` ("-" is standard input); ReportError when it is larger,
-    unreadable, a directory, or a pipe that gives nothing within `timeout` seconds."""
+    unreadable, a directory, or a pipe named by `path` that gives nothing for `timeout` seconds."""
     name = "standard input" if path == "-" else path
     if path == "-":
         try:
@@ -67,7 +71,7 @@ def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float = REA
             if len(data) > limit:
                 raise ReportError(f"{name}: more than {limit} bytes is too large for a gpudoctor report")
             return data
-        return _read_fd(fd, name, limit, timeout)
+        return _read_fd(fd, name, limit, None)
     try:
         # O_NONBLOCK: opening a FIFO that has no writer must not block.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -88,13 +92,14 @@ def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float = REA
         os.close(fd)
 
 
-def _read_fd(fd: int, name: str, limit: int, timeout: float) -> bytes:
+def _read_fd(fd: int, name: str, limit: int, timeout: float | None) -> bytes:
+    """Read `fd` to its end; with a `timeout`, give up when that long passes without a byte."""
     chunks: list[bytes] = []
     total = 0
-    deadline = time.monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
             raise ReportError(f"{name}: nothing more arrived in {timeout:g} s; is something writing to it?")
         try:
             ready, _, _ = select.select([fd], [], [], left)
@@ -112,6 +117,8 @@ def _read_fd(fd: int, name: str, limit: int, timeout: float) -> bytes:
             return b"".join(chunks)
         chunks.append(data)
         total += len(data)
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
         if total > limit:
             raise ReportError(f"{name}: more than {limit} bytes is too large for a gpudoctor report")
 
@@ -377,16 +384,14 @@ def validate(data: dict[str, Any], name: str, *, use_jsonschema: bool = True) ->
     return version
 
 
-def load_report(path: str, *, use_jsonschema: bool = True) -> tuple[dict[str, Any], Report]:
-    """Read, parse, validate and build a report; ReportError (one line) for anything unusable."""
+def load_report(path: str, *, use_jsonschema: bool = True) -> dict[str, Any]:
+    """Read, parse and validate a report's dict; ReportError (one line) for anything unusable.
+    `report` builds its `Report` from the dict once it is made safe to print (`sanitize`); `diff`
+    reads the dict itself."""
     name = "standard input" if path == "-" else path
     data = parse_json(read_bytes(path), name)
     validate(data, name, use_jsonschema=use_jsonschema)
-    try:
-        report = report_from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:  # check_structure should have caught it
-        raise ReportError(f"{name}: not a valid report: {type(exc).__name__}: {exc}") from None
-    return data, report
+    return data
 
 
 def sanitize(value: Any, limit: int = MAX_STRING) -> Any:

@@ -110,6 +110,9 @@ _HOST_KEYS = frozenset({
 
 @functools.lru_cache(maxsize=4096)
 def _is_host_name(name: str) -> bool:
+    """Whether a key, variable or flag name says its value is a host (or a host list, an address):
+    hostname, node_name, MASTER_ADDR, NCCL_COMM_ID, SLURM_JOB_NODELIST, --rdzv-endpoint. The one
+    test for host context, in report keys and in text alike."""
     parts = _name_parts(name)
     if not parts:
         return False
@@ -117,9 +120,9 @@ def _is_host_name(name: str) -> bool:
     return parts[-1] in _HOST_KEYS or joined in _HOST_KEYS or "".join(parts[-3:]) in _HOST_KEYS
 
 
-# Keys whose string values identify a person or a machine, wherever they appear in a report dict.
+# Keys whose string values identify a person or a machine, wherever they appear in a report dict
+# (host keys are `_is_host_name`'s).
 IDENTITY_KEYS: dict[str, str] = {
-    "hostname": "host", "host": "host", "node": "host", "nodename": "host", "node_name": "host",
     "user": "user", "username": "user", "login": "user", "owner": "user",
     "uuid": "uuid", "gpu_uuid": "uuid", "serial": "serial", "serial_number": "serial",
     "machine_id": "machine-id", "mac": "mac", "mac_address": "mac", "ip": "ip", "ip_address": "ip",
@@ -137,7 +140,6 @@ _NOT_SECRET_START = ("<", "$", "%(", "{", "[", "os.environ", "os.getenv", "geten
 # --- patterns -------------------------------------------------------------------------------------
 
 _PEM_MARKER = re.compile(r"-----(BEGIN|END) (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_SPLIT = re.compile(r"\\n|\\r|\s+")
 _PEM_LAST_LINE = re.compile(r"[A-Za-z0-9+/=]{1,128}")
@@ -234,7 +236,7 @@ _NCCL_PREFIX = re.compile(r"(?m)^([A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,10}):(\
 _RDZV_URL = re.compile(r"(?i)(?<![A-Za-z0-9+.-])(?:tcp|env|c10d|etcd|etcd-v2|static)://(?=[A-Za-z0-9\[])")
 _INTERNAL_FQDN = re.compile(
     r"(?<![A-Za-z0-9.-])([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,6})"
-    r"\.(?:internal|local|lan|corp|intranet|localdomain|cluster|home\.arpa)(?![A-Za-z0-9-])"
+    r"\.(?:" + "|".join(re.escape(suffix[1:]) for suffix in _INTERNAL_SUFFIXES) + r")(?![A-Za-z0-9-])"
 )
 _AWS_HOSTNAME = re.compile(r"(?<![A-Za-z0-9-])ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?![0-9])")
 _PUBLIC_HOSTS = (
@@ -962,17 +964,18 @@ class Redactor:
             if isinstance(value, (dict, list, tuple)):
                 return self._mask_leaves(value)
             return self.pseudonym("secret", str(value))
+        if key is not None and _is_host_name(key):
+            # hostname, MASTER_ADDR, NCCL_COMM_ID, node_list; every value of a dict under one:
+            # {"hostname": {"name": ..., "node_list": ...}}
+            if isinstance(value, (dict, list, tuple)):
+                return self._host_leaves(value, key)
+            if isinstance(value, str) and value.strip():
+                return self._host_string(value, key)
         kind = IDENTITY_KEYS.get(key.lower()) if key is not None else None
-        if kind == "host" and isinstance(value, (dict, list, tuple)):
-            return self._host_leaves(value, key)  # {"hostname": {"name": ..., "node_list": ...}}
         if kind is not None and isinstance(value, str) and value.strip():
             if kind == "uuid" and _UUID.search(value):
                 return self.text(value)  # GPU-<uuid-1>, the same as in the text around it
-            if kind == "host":
-                return self._host_string(value, key)  # type: ignore[arg-type]
             return self.pseudonym(kind, value)
-        if key is not None and isinstance(value, str) and value.strip() and _is_host_name(key):
-            return self._host_string(value, key)  # MASTER_ADDR, NCCL_COMM_ID, master_addr, node_list
         if isinstance(value, str):
             return self.text(value, versions=key is not None and "version" in key.lower())
         if isinstance(value, dict):

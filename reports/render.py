@@ -17,8 +17,8 @@ the one-line views, at a word boundary, and the full text is in `-v`, JSON and M
 Everything a report carries came from probes, workers or a file someone sent: it is untrusted. It is
 shown through `gpudoctor.safetext.visible` (escape sequences removed, control characters made
 visible) and bounded (`SUMMARY_LIMIT` and friends) in every renderer, so a 20 MB exception message
-renders in bounded time; Markdown escapes it so that it cannot open HTML, links, mentions, tables or
-code fences of its own.
+renders in bounded time; Markdown escapes it (gpudoctor.reports.markdown) so that it cannot open
+HTML, links, mentions, tables or code fences of its own.
 
 A finding's fix and patch come from the knowledge base (`gpudoctor.kb.load_entry`), looked up when
 rendering; when an entry is missing or the knowledge base cannot load, the finding still shows its id
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.probes.base import Status
+from gpudoctor.reports import markdown as md
 from gpudoctor.reports.model import PROBLEM_STATUSES, Report, report_from_dict  # noqa: F401 (re-exported)
 from gpudoctor.safetext import visible
 
@@ -513,118 +514,65 @@ def load_schema() -> dict[str, Any]:
 
 # --- Markdown ------------------------------------------------------------------------------------
 
-# What Markdown (GitHub's flavour included) reads as syntax anywhere in running text: emphasis,
-# code, links and images, raw HTML and entities, tables, strikethrough, @-mentions. Block syntax
-# (headings, lists, quotes) only counts at the start of a line: see _MD_LINE_START.
-_MD_SPECIAL = frozenset("\\`*_[]<>|~&@")
-_MD_LINE_START = re.compile(r"^(?:[#+=>-]|\d+[.)])")
-
-
-def md_text(text: Any, limit: int = SUMMARY_LIMIT, *, start: bool = False) -> str:
-    """Untrusted text as one line of inert Markdown: syntax characters backslash-escaped. `start`:
-    the text begins a block (a list item, a paragraph), where `#`, `-`, `>` or `1.` would be syntax."""
-    line = "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in one_line(text, limit))
-    found = _MD_LINE_START.match(line) if start else None
-    if found:
-        end = found.end()
-        line = line[: end - 1] + "\\" + line[end - 1:]
-    return line
-
-
-def md_prose(text: Any, limit: int = 20000) -> str:
-    """The knowledge base's own prose (trusted, written with `code` spans): kept as Markdown, but
-    `<` outside code spans is escaped so that "<your version>" is not swallowed as an HTML tag."""
-    flat = one_line(text, limit)
-    parts = re.split(r"(`[^`]*`)", flat)
-    return "".join(part if part.startswith("`") and part.endswith("`") and len(part) > 1
-                   else part.replace("<", "\\<") for part in parts)
-
-
-def md_code(text: Any, limit: int = 200) -> str:
-    """Untrusted text as inline code: a backtick run longer than any inside it delimits it."""
-    body = one_line(text, limit)
-    ticks = "`" * (_longest_backtick_run(body) + 1)
-    pad = " " if body.startswith("`") or body.endswith("`") else ""
-    return f"{ticks}{pad}{body}{pad}{ticks}"
-
-
-def _longest_backtick_run(text: str) -> int:
-    longest, run = 0, 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    return longest
-
-
-def _fence(text: str, lang: str = "") -> str:
-    # A fence longer than any backtick run inside, so pasted error text cannot close it early.
-    text = visible(text)
-    ticks = "`" * max(3, _longest_backtick_run(text) + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
-
-
-def _cell(text: Any) -> str:
-    return md_text(text) or " "
-
 
 def render_markdown(report: Report, *, kb: KbLookup | None = None) -> str:
     """A bug-ticket body: the environment in one line, the verdict, the results table, findings with
     fixes, crashes, and a collapsible environment (brief list plus the full environment JSON)."""
     kb = kb or load_kb_entry
     v = verdict(report)
-    made = f" · {md_code(report.invocation.get('command', ''), 500)}" if report.invocation else ""
+    made = f" · {md.code_span(report.invocation.get('command', ''), 500)}" if report.invocation else ""
     out: list[str] = [
-        f"**Environment:** {md_text(environment_summary(report.environment), VALUE_LIMIT)}",
+        f"**Environment:** {md.text(environment_summary(report.environment), VALUE_LIMIT)}",
         "",
         "## gpudoctor report",
         "",
-        f"**{md_text(v.line)}**" + (f" · next: {md_code(v.command, 300)}" if v.command else ""),
+        f"**{md.text(v.line)}**" + (f" · next: {md.code_span(v.command, 300)}" if v.command else ""),
         "",
-        f"gpudoctor {md_text(report.tool_version, 100)} · {md_text(report.created, 100)}"
-        + (" · redacted" if report.redacted else "") + f" · {md_text(tally_line(report), 500)}" + made,
+        f"gpudoctor {md.text(report.tool_version, 100)} · {md.text(report.created, 100)}"
+        + (" · redacted" if report.redacted else "") + f" · {md.text(tally_line(report), 500)}" + made,
         "",
         "| Probe | Device | Status | Time | Summary |",
         "|---|---|---|---:|---|",
     ]
     for r in report.results:
         status = f"**{r.status.value}**" if r.status in PROBLEM_STATUSES else r.status.value
-        out.append(f"| {_cell(r.probe)} | {_cell(r.device or '-')} | {status} | {_duration(r.duration_s)} | {_cell(r.summary)} |")
+        out.append(f"| {md.cell(r.probe)} | {md.cell(r.device or '-')} | {status} | {_duration(r.duration_s)} | {md.cell(r.summary)} |")
 
     findings = report.findings
     if findings:
         out += ["", f"### Findings ({len(findings)})"]
     for result, finding in findings:
-        out += ["", f"#### {md_code(finding.kb_id)}: {md_text(finding.summary)}", ""]
-        out.append(f"{md_text(finding.severity, 20, start=True)} from {md_code(result.probe)}"
-                   + (f" on {md_code(result.device)}" if result.device else ""))
+        out += ["", f"#### {md.code_span(finding.kb_id)}: {md.text(finding.summary)}", ""]
+        out.append(f"{md.text(finding.severity, 20, start=True)} from {md.code_span(result.probe)}"
+                   + (f" on {md.code_span(result.device)}" if result.device else ""))
         evidence = _evidence(finding.summary, finding.evidence)
         if evidence:
-            out += ["", _fence("\n".join(evidence))]
+            out += ["", md.fence("\n".join(evidence))]
         entry = kb(finding.kb_id)
         if entry is None:
-            out += ["", f"Details: {md_code('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
+            out += ["", f"Details: {md.code_span('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
             continue
-        out += ["", f"**{md_prose(entry.title)}**", ""]
-        out += [f"{i}. {md_prose(step)}" for i, step in enumerate(entry.fix, 1)]
+        out += ["", f"**{md.prose(entry.title)}**", ""]
+        out += [f"{i}. {md.prose(step)}" for i, step in enumerate(entry.fix, 1)]
         if entry.patch:
-            out += ["", _fence(entry.patch, entry.patch_lang or "")]
-        out += ["", f"Details: {md_code('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
+            out += ["", md.fence(entry.patch, entry.patch_lang or "")]
+        out += ["", f"Details: {md.code_span('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
 
     for r in report.results:
         if r.status not in (Status.CRASHED, Status.TIMED_OUT):
             continue
         how = f"signal {r.signal}" if r.signal else f"exit code {r.exit_code}"
-        out += ["", f"#### {md_code(r.probe)} {r.status.value.replace('_', ' ')} ({md_text(how, 100)})"]
+        out += ["", f"#### {md.code_span(r.probe)} {r.status.value.replace('_', ' ')} ({md.text(how, 100)})"]
         tail = "\n".join(_lines(r.stderr_tail, TAIL_LINES, TAIL_LIMIT))
         if tail:
-            out += ["", _fence(tail)]
+            out += ["", md.fence(tail)]
 
     out += ["", "<details><summary>Environment</summary>", ""]
-    out += [f"- **{md_text(key, 100)}**: {md_text(value, VALUE_LIMIT)}" for key, value in environment_brief(report.environment)]
+    out += [f"- **{md.text(key, 100)}**: {md.text(value, VALUE_LIMIT)}" for key, value in environment_brief(report.environment)]
     env_json = json.dumps(report.environment, indent=2, ensure_ascii=False, default=str)
     if len(env_json) > ENV_JSON_LIMIT:
         env_json = env_json[:ENV_JSON_LIMIT] + f"\n... ({len(env_json) - ENV_JSON_LIMIT} more characters in the JSON report)"
-    out += ["", _fence(env_json, "json"), "", "</details>", ""]
+    out += ["", md.fence(env_json, "json"), "", "</details>", ""]
     return "\n".join(out)
 
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from gpudoctor import cli
+from gpudoctor import cli, output
 from gpudoctor.cli import app
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
@@ -136,6 +136,33 @@ def test_invocation_is_redacted(tmp_path, monkeypatch):
     assert "hunter2" not in text and str(tmp_path) not in text and "~/r.json" in text
 
 
+def test_invocation_and_results_share_one_set_of_placeholders(tmp_path, monkeypatch):
+    # Two machines, one named on the command line and one in a result: redacted by one Redactor,
+    # they get two placeholders (redacted apart, both would be <host-1>).
+    import re
+
+    from gpudoctor import runner
+    from gpudoctor.probes.base import Status
+    from gpudoctor.reports.model import ProbeResult, Report
+
+    from gpudoctor.reports.redact import redact
+
+    def scan(options, progress=None):  # runner.run_scan's contract, with a result that names a host
+        report = Report(results=[ProbeResult("fake-ok", "Fake", Status.PASS, "rendezvous at gpu-b3.internal:29500",
+                                             0.1, "cpu")], environment={}, redacted=False)
+        return redact(report) if options.redact else report
+
+    monkeypatch.setattr(runner, "run_scan", scan)
+    out = tmp_path / "r.json"
+    result = run("scan", "--probe-option", "host=gpu-a7.internal", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert "gpu-a7" not in out.read_text() and "gpu-b3" not in out.read_text() and data["redacted"]
+    [in_command] = re.findall(r"<host-\d+>", data["invocation"]["options"]["probe_options"][0])
+    [in_result] = re.findall(r"<host-\d+>", data["results"][0]["summary"])
+    assert in_command != in_result
+
+
 def test_output_suffix_picks_the_format_and_aliases_still_work(tmp_path):
     json_path, md_path, old_json, old_md = (tmp_path / n for n in ("a.json", "a.md", "old.json", "old.md"))
     result = run("scan", *OK, "-o", str(json_path))
@@ -246,9 +273,9 @@ def test_a_link_planted_in_a_sticky_directory_after_the_check_replaces_nothing(t
     victim = tmp_path / "victim"
     victim.write_text("precious")
     path = shared / "report.json"
-    cli.check_output("-o", str(path))  # fine: nothing there yet
+    output.check_output("-o", str(path))  # fine: nothing there yet
     path.symlink_to(victim)  # planted between the check and the write
-    cli.write_file(str(path), "{}\n")
+    output.write_file(str(path), "{}\n")
     assert victim.read_text() == "precious"
     assert not path.is_symlink() and path.read_text() == "{}\n"
 

@@ -96,9 +96,11 @@ def _terminal(report: Report) -> str:
 
 def _markdown(report: Report) -> str:
     # What a reader of the rendered ticket sees: the renderer escapes Markdown punctuation with
-    # backslashes, so a leak check must look through the escapes.
+    # backslashes and <, >, & as entities, so a leak check must look through the escapes.
+    import html
+
     text = render_markdown(report, kb=lambda _id: None)
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text)
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text))
 
 
 RENDERERS = {

@@ -253,6 +253,55 @@ def test_too_large_and_silent_pipes_are_bounded(tmp_path):
     os.close(w)
 
 
+def _slow_writer(fd: int, pieces: list[bytes], gap_s: float, first_s: float = 0.0):
+    """A thread that writes `pieces` to the pipe `fd`, `gap_s` apart after `first_s`, then closes it."""
+    import threading
+    import time
+
+    def write():
+        time.sleep(first_s)
+        for piece in pieces:
+            os.write(fd, piece)
+            time.sleep(gap_s)
+        os.close(fd)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_standard_input_waits_for_its_writer(monkeypatch):
+    # `gpudoctor scan --format json | gpudoctor report -`: the scan prints nothing until it ends,
+    # however long that takes; standard input is the user's own pipeline, read to its end.
+    r, w = os.pipe()
+
+    class Stdin:
+        def fileno(self):
+            return r
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    thread = _slow_writer(w, [SAMPLE.read_bytes()], 0.0, first_s=1.0)
+    try:
+        assert json.loads(load.read_bytes("-", timeout=0.3)) == sample()
+    finally:
+        thread.join()
+        os.close(r)
+
+
+def test_a_pipe_that_keeps_writing_is_read_past_the_idle_deadline(tmp_path):
+    # The deadline counts silence, not the whole read: 20 pieces 0.15 s apart (3 s in all) pass a
+    # 1.5 s deadline.
+    raw = SAMPLE.read_bytes()
+    step = len(raw) // 19 + 1
+    r, w = os.pipe()
+    thread = _slow_writer(w, [raw[i:i + step] for i in range(0, len(raw), step)], 0.15)
+    try:
+        assert load.read_bytes(f"/dev/fd/{r}", timeout=1.5) == raw
+    finally:
+        thread.join()
+        os.close(r)
+
+
 def test_report_reads_a_pipe_from_process_substitution(tmp_path):
     done = subprocess.run(["bash", "-c", f'{sys.executable} -m gpudoctor report --format json <(cat "{SAMPLE}")'],
                           capture_output=True, text=True, timeout=120)

@@ -272,3 +272,31 @@ def test_cli_bundle_secrets_stay_out_and_no_bundle_on_success(tmp_path):
     ok = gpudoctor("run", "--bundle", str(tmp_path / "ok"), "--", sys.executable, script("succeed.py"))
     assert ok.returncode == 0 and not (tmp_path / "ok").exists()
     assert b"no bundle written" in ok.stderr
+
+
+def test_bundle_files_share_one_set_of_placeholders(tmp_path, monkeypatch):
+    # A host in the command's output and another in the bundle's scan: one Redactor redacts the
+    # whole bundle, so they get two placeholders (redacted apart, both would be <host-1>).
+    import re
+    import subprocess
+
+    from gpudoctor import runcmd, runner, ticket_cli
+    from gpudoctor.probes.base import Status
+    from gpudoctor.reports.model import ProbeResult, Report
+    from gpudoctor.reports.redact import redact
+
+    def scan(options, progress=None):  # runner.run_scan's contract, with a result that names a host
+        report = Report(results=[ProbeResult("cuda-runtime", "CUDA", Status.FAIL, "rendezvous at gpu-b3.internal:29500",
+                                             0.1, "cpu")], environment={}, redacted=False)
+        return redact(report) if options.redact else report
+
+    monkeypatch.setattr(runner, "run_scan", scan)
+    failing = "print('connect to gpu-a7.internal:29500 failed'); raise SystemExit(3)"
+    result = runcmd.run_command([sys.executable, "-c", failing], stdin=subprocess.DEVNULL)
+    ticket_cli._after_run(result, localize=False, bundle=str(tmp_path / "b"), no_scan=False, python=None, out=None,
+                          quiet=True, verbose=False, redact=True, interrupted=lambda n: None)
+    files = {name: (tmp_path / "b" / name).read_text() for name in ticket.BUNDLE_FILES}
+    assert not any("gpu-a7" in text or "gpu-b3" in text for text in files.values())
+    [in_output] = set(re.findall(r"<host-\d+>", files["output.log"]))
+    [in_scan] = set(re.findall(r"<host-\d+>", files["scan.json"]))
+    assert in_output != in_scan

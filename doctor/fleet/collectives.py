@@ -12,7 +12,6 @@ Only NCCL on GPUs is judged: gloo on the CPU measures the host, not an interconn
 """
 from __future__ import annotations
 
-import statistics
 from typing import Any, Callable
 
 from gpudoctor.fleet.model import ERROR, WARNING, Culprit, FleetFinding
@@ -287,7 +286,3 @@ def groups_of(world: int, per_node: int, scope: str) -> list[list[int]]:
     if scope == "inter-node":
         return [[node[i] for node in nodes if i < len(node)] for i in range(per_node)]
     return [list(range(world))]
-
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None

@@ -10,57 +10,43 @@ fleet is healthy (warnings alone count as healthy), 1 when there are error-level
 usage or input errors and when gpudoctor itself cannot run, always with one line on stderr and no
 traceback.
 
-gpudoctor.output imports neither typer's nor rich's heavy parts at import time and nothing of
-gpudoctor.cli, so this module (imported by cli while it loads, to register `merge`) uses it
-directly. Nothing here imports torch or rich at import time.
+gpudoctor's own lines on stderr (`say`, `fail`) and the exit codes are gpudoctor.output's too;
+a message that quotes another rank's error goes through safetext there. gpudoctor.output imports
+neither typer's nor rich's heavy parts at import time and nothing of gpudoctor.cli, so this module
+(imported by cli while it loads, to register `merge`) uses it directly. Nothing here imports torch
+or rich at import time.
 """
 from __future__ import annotations
 
-import sys
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import typer
 
-from gpudoctor.output import (Format, Output, command_help, emit, format_option, no_redact_option,
-                              output_option, plan_outputs, quiet_option, verbose_option)
-
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    from gpudoctor.safetext import visible
-
-    sys.stderr.write(f"gpudoctor: {visible(message, 1000)}\n")
-    raise typer.Exit(code)
+from gpudoctor.output import (EXIT_FINDINGS, EXIT_OK, Format, Output, command_help, emit, emit_line, emit_text, fail,
+                              format_option, no_redact_option, output_option, plan_outputs, progress_line, quiet_option,
+                              say, verbose_option)
 
 
-def emit_fleet(data: dict[str, Any], outputs: Sequence[Any], quiet: bool = False, verbose: bool = False) -> int:
+def emit_fleet(data: dict[str, Any], outputs: Sequence[Output], quiet: bool = False, verbose: bool = False) -> int:
     """Write the fleet report `data` to every planned output (`gpudoctor.output.Output`), as scan
     writes its report; returns the exit code. When nothing went to standard output and not
     quiet, the verdict is one line on stderr (merge has no progress to show otherwise)."""
     from gpudoctor.fleet import render
+    from gpudoctor.safetext import visible
 
-    def finished(text: str) -> Any:
-        return lambda console: console.file.write(text)
-
+    verdict = visible(data.get("verdict", ""), 400)
     for out in outputs:
         if out.fmt is Format.json:
-            emit(out, finished(render.render_json(data)))
+            emit_text(out, render.render_json(data))
         elif out.fmt is Format.md:
-            emit(out, finished(render.render_markdown(data, verbose=verbose)))
+            emit_text(out, render.render_markdown(data, verbose=verbose))
         elif quiet:
-            emit(out, finished(render.visible(data.get("verdict", ""), 400) + "\n"))
+            emit_line(out, verdict)
         else:
             emit(out, lambda console: render.render_terminal(data, console, verbose=verbose))
     if not quiet and not any(o.to_stdout for o in outputs):
-        sys.stderr.write(f"gpudoctor: {render.visible(data.get('verdict', ''), 400)}\n")
+        say(verdict)
     return EXIT_FINDINGS if render.has_problems(data) else EXIT_OK
-
-
-def _planned(outputs: Sequence[tuple[str, str]]) -> list[Any]:
-    """scan's already planned and checked outputs, as (format, path) pairs -> Output."""
-    return [Output(Format(fmt), path, "-o") for fmt, path in outputs if path] \
-        or [Output(Format.text, "-", "--format")]
 
 
 def merge(
@@ -100,49 +86,42 @@ class _Progress:
 
     def __call__(self, event: Any) -> None:
         if getattr(event, "kind", None) == "result" and event.result is not None:
-            from gpudoctor.safetext import visible
-
-            where = f" on {visible(event.result.device, 100)}" if event.result.device else ""
-            sys.stderr.write(f"gpudoctor: [{event.index}/{event.total}] {visible(event.probe, 100)}{where}: "
-                             f"{event.result.status.value} ({event.result.duration_s:.2f}s)\n")
+            say(progress_line(event))
 
 
-def scan_distributed(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
+def _unless(quiet: bool) -> Any:
+    """The fleet's progress messages: `say`, or nothing under -q."""
+    return (lambda message: None) if quiet else say
+
+
+def scan_distributed(options: Any, outputs: Sequence[Output], quiet: bool = False) -> int:
     """`gpudoctor scan --distributed`: run this rank's part; rank 0 writes the fleet report to
-    scan's planned outputs, (format, path) pairs. Every other rank exits 0 whatever happened to
+    scan's planned (and checked) outputs. Every other rank exits 0 whatever happened to
     it: its story is in rank 0's report."""
     from gpudoctor.fleet.distributed import DistributedError, run_distributed
     from gpudoctor.runner import ScanError
 
-    def say(message: str) -> None:
-        if not quiet:
-            sys.stderr.write(f"gpudoctor: {message}\n")
-
     try:
-        outcome = run_distributed(options, progress=None if quiet else _Progress(), say=say)
+        outcome = run_distributed(options, progress=None if quiet else _Progress(), say=_unless(quiet))
     except (DistributedError, ScanError) as exc:
         fail(str(exc))
     if outcome.fleet is None:
         if outcome.error:
-            sys.stderr.write(f"gpudoctor: rank {outcome.rank}: {outcome.error}\n")
+            say(f"rank {outcome.rank}: {outcome.error}")
         return EXIT_OK
-    return emit_fleet(outcome.fleet, _planned(outputs), quiet=quiet)
+    return emit_fleet(outcome.fleet, outputs, quiet=quiet)
 
 
-def scan_ray(options: Any, outputs: list[tuple[str, str]], quiet: bool = False) -> int:
+def scan_ray(options: Any, outputs: Sequence[Output], quiet: bool = False) -> int:
     """`gpudoctor scan --ray`: one scan per Ray node, one fleet report (gpudoctor.fleet.rayscan)."""
     from gpudoctor.fleet.distributed import DistributedError
     from gpudoctor.fleet.rayscan import scan_cluster
 
-    def say(message: str) -> None:
-        if not quiet:
-            sys.stderr.write(f"gpudoctor: {message}\n")
-
     try:
-        data = scan_cluster(options, say=say)
+        data = scan_cluster(options, say=_unless(quiet))
     except DistributedError as exc:
         fail(str(exc))
-    return emit_fleet(data, _planned(outputs), quiet=quiet)
+    return emit_fleet(data, outputs, quiet=quiet)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,15 +2,16 @@
 
 They take the final dict (after redaction), so what a person sees is exactly what the JSON says.
 Every string in it came from other machines' reports and is untrusted: the terminal renderer
-prints it as `rich.text.Text` through `gpudoctor.safetext`, the Markdown renderer escapes it and
-makes control characters visible. The verdict is the first line and the last.
+prints it as `rich.text.Text` through `gpudoctor.safetext`, the Markdown renderer through
+`gpudoctor.reports.markdown`, as every Markdown gpudoctor writes. The verdict is the first line and the last.
 """
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor.safetext import as_text, visible
+from gpudoctor.reports import markdown as md
+from gpudoctor.safetext import as_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -192,28 +193,26 @@ def _gpu_brief(gpus: list[dict[str, Any]]) -> str:
 
 # --- Markdown ------------------------------------------------------------------------------------
 
-_MD_SPECIAL = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|#!"}, "<": "&lt;", ">": "&gt;", "&": "&amp;"})
 
-
-def md(text: Any, limit: int = _CELL_LIMIT) -> str:
-    """Untrusted text for a Markdown table cell or line: no markup, no HTML, no control chars."""
-    return visible(str(text), limit).replace("\n", " ").translate(_MD_SPECIAL).strip() or " "
+def _cell(value: Any, limit: int = _CELL_LIMIT) -> str:
+    return md.cell(value, limit)
 
 
 def render_markdown(data: dict[str, Any], verbose: bool = False) -> str:
     out = [
         "## gpudoctor fleet report",
         "",
-        f"**{md(data.get('verdict', ''), 400)}**",
+        f"**{md.text(data.get('verdict', ''), 400)}**",
         "",
-        f"gpudoctor {md(data.get('tool', {}).get('version', ''))} · {md(data.get('created', ''))}"
-        + (" · redacted" if data.get("redacted") else "") + f" · {md(_job_line(data), 600)}",
+        f"gpudoctor {md.text(data.get('tool', {}).get('version', ''), _CELL_LIMIT)} · "
+        f"{md.text(data.get('created', ''), _CELL_LIMIT)}" + (" · redacted" if data.get("redacted") else "") + f" · {md.text(_job_line(data), 600)}",
     ]
     findings = data.get("findings") or []
     if findings:
         out += ["", f"### Findings ({len(findings)})", ""]
     for n, f in enumerate(findings, 1):
-        out.append(f"{n}. **{md(f.get('severity'))}** `{md(f.get('kind'))}`: {md(f.get('summary', ''), 600)}")
+        out.append(f"{n}. **{md.text(f.get('severity'), _CELL_LIMIT)}** {md.code_span(f.get('kind'), _CELL_LIMIT)}: "
+                   f"{md.text(f.get('summary', ''), 600)}")
     culprit_findings = [f for f in findings if len(f.get("culprits") or []) > 1]
     if culprit_findings:
         out += ["", "<details><summary>Where each finding applies</summary>", ""]
@@ -222,9 +221,9 @@ def render_markdown(data: dict[str, Any], verbose: bool = False) -> str:
             if len(culprits) < 2:
                 continue
             shown = culprits if verbose else culprits[:CULPRIT_ROWS]
-            out += ["", f"Finding {n} (`{md(f.get('kind'))}`, {md(f.get('key') or '')}):", "",
-                    "| where | value | detail |", "|---|---|---|"]
-            out += [f"| {md(_where(c))} | {md(c.get('value') or '-')} | {md(c.get('detail') or '')} |" for c in shown]
+            out += ["", f"Finding {n} ({md.code_span(f.get('kind'), _CELL_LIMIT)}, "
+                        f"{md.text(f.get('key') or '', _CELL_LIMIT)}):", "", "| where | value | detail |", "|---|---|---|"]
+            out += [f"| {_cell(_where(c))} | {_cell(c.get('value') or '-')} | {_cell(c.get('detail') or '')} |" for c in shown]
             if len(culprits) > len(shown):
                 out.append(f"\n+{len(culprits) - len(shown)} more in the JSON report")
         out += ["", "</details>"]
@@ -235,22 +234,22 @@ def render_markdown(data: dict[str, Any], verbose: bool = False) -> str:
             counts = node.get("counts") or {}
             probes = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "-"
             versions = node.get("versions") or {}
-            out.append(f"| {md(node.get('name'))} | {md(_short_ranks(node.get('ranks') or []))} | "
-                       f"{md(_gpu_brief(node.get('gpus') or []))} | {md(versions.get('torch', '-'))} | "
-                       f"{md(versions.get('driver', '-'))} | {md(probes)} |")
+            out.append(f"| {_cell(node.get('name'))} | {_cell(_short_ranks(node.get('ranks') or []))} | "
+                       f"{_cell(_gpu_brief(node.get('gpus') or []))} | {_cell(versions.get('torch', '-'))} | "
+                       f"{_cell(versions.get('driver', '-'))} | {_cell(probes)} |")
     groups = (data.get("stragglers") or {}).get("groups") or []
     if groups:
         out += ["", "### GEMM throughput (TFLOP/s)", "", "| model | mode | GPUs | median | min | max | expected | stragglers |",
                 "|---|---|---:|---:|---:|---:|---:|---:|"]
         for g in groups:
-            out.append("| " + " | ".join(md(g.get(k)) for k in ("model", "mode", "gpus", "median_tflops", "min_tflops",
+            out.append("| " + " | ".join(_cell(g.get(k)) for k in ("model", "mode", "gpus", "median_tflops", "min_tflops",
                                                                    "max_tflops", "expected_tflops", "stragglers")) + " |")
     rows = _collective_rows(data)
     if rows:
-        out += ["", f"### Collectives ({md((data.get('collectives') or {}).get('backend', '?'))}, GB/s)", "",
+        out += ["", f"### Collectives ({md.text((data.get('collectives') or {}).get('backend', '?'), _CELL_LIMIT)}, GB/s)", "",
                 "| collective | scope | group | bytes | status | algbw | busbw | expected |", "|---|---|---|---:|---|---:|---:|---:|"]
         for r in rows:
-            out.append("| " + " | ".join(md(x) for x in (r.get("op"), r.get("scope"), r.get("group"), r.get("bytes"),
+            out.append("| " + " | ".join(_cell(x) for x in (r.get("op"), r.get("scope"), r.get("group"), r.get("bytes"),
                                                           r.get("status"), _bw(r.get("algbw_gbps")), _bw(r.get("busbw_gbps")),
                                                           _bw(r.get("expected_busbw_gbps")))) + " |")
     out.append("")

@@ -39,12 +39,8 @@ def json_(result: LintResult, diffs: dict[int, str | None] | None = None) -> str
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _md(s: str) -> str:
-    return visible(s).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(result: LintResult) -> str:
-    from gpudoctor.reports.markdown import code_span
+    from gpudoctor.reports.markdown import cell, code_span, text
 
     out = ["## gpudoctor lint", ""]
     if not result.findings:
@@ -52,11 +48,11 @@ def markdown(result: LintResult) -> str:
     else:
         out += ["| where | code | finding | knowledge base | fix |", "| --- | --- | --- | --- | --- |"]
         for f in result.findings:
-            out.append(f"| {code_span(f'{f.path}:{f.line}:{f.col}')} | `{f.code}` | {_md(f.message)} | `{f.kb_id}` | "
+            out.append(f"| {code_span(f'{f.path}:{f.line}:{f.col}', table=True)} | `{f.code}` | {cell(f.message)} | `{f.kb_id}` | "
                        f"{f.fix.applicability} |")
     if result.errors:
         out += ["", "Files not linted:", ""]
-        out += [f"- {code_span(e.path)}: {_md(e.message)}" for e in result.errors]
+        out += [f"- {code_span(e.path)}: {text(e.message)}" for e in result.errors]
     return "\n".join(out) + "\n"
 
 

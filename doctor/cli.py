@@ -68,7 +68,6 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 _NO_ARGS = getattr(_click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
 _ABORT = getattr(_click_errors, "Abort", None) or getattr(typer, "Abort")  # where this typer keeps it
 
-MAX_TIMEOUT_S = 86400.0  # a probe limit beyond a day is a typo, not a limit
 
 
 def _prepare_streams() -> None:
@@ -386,8 +385,10 @@ def parse_seconds(text: str) -> float:
         raise typer.BadParameter(f"{text}: not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise typer.BadParameter(f"{text}: must be a positive, finite number of seconds")
+    from gpudoctor.protocol import MAX_TIMEOUT_S  # the runner's own limit: one number for both
+
     if value > MAX_TIMEOUT_S:
-        raise typer.BadParameter(f"{text}: more than a day ({MAX_TIMEOUT_S:g} s) per probe is not a limit")
+        raise typer.BadParameter(f"{text}: more than an hour ({MAX_TIMEOUT_S:g} s) per probe is not a limit")
     return value
 
 

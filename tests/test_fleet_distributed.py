@@ -165,6 +165,53 @@ def test_ranks_that_never_arrived():
     assert all(row["status"] == "not-run" for row in section["results"])
 
 
+def test_a_rank_whose_set_up_failed_is_the_one_finding():
+    # Rank 1's new_group failed; the set-up barrier stopped the others before any collective,
+    # so nobody is blamed for "never entering" one.
+    ctx, options, plan = plan_for()
+    ready_failed = {"step": "ready", "status": "failed", "missing": [], "dead": [], "failed": [1]}
+    records = {r: {"rank": r, "comm": [{"step": "arrival", "status": "ok", "wait_s": 0.1},
+                                       {"step": "init", "status": "ok"}, ready_failed]} for r in range(4)}
+    records[1]["comm"][1:] = [{"step": "init", "status": "failed", "detail": "new_group: RuntimeError: boom"}]
+    findings, section = analyse(records, plan)
+    [finding] = findings
+    assert finding.key == "init" and [(c.rank, c.value) for c in finding.culprits] == [(1, "failed")]
+    assert "failed on 1 rank:" in finding.summary
+    assert all(row["status"] == "not-run" for row in section["results"])
+
+
+def test_ranks_that_timed_out_in_set_up_are_victims():
+    ctx, options, plan = plan_for()
+    records = {r: {"rank": r, "comm": [{"step": "arrival", "status": "ok", "wait_s": 0.1},
+                                       {"step": "init", "status": "failed",
+                                        "detail": "new_group: DistStoreError: Timed out after 121 seconds waiting for clients"}]}
+               for r in range(4)}
+    records[2]["comm"][1]["detail"] = "new_group: RuntimeError: CUDA error: out of memory"
+    [finding] = analyse(records, plan)[0]
+    assert [(c.rank, c.value) for c in finding.culprits] == [(2, "failed")]
+    assert "out of memory" in finding.summary and "3 other ranks timed out waiting for it" in finding.summary
+    for r in range(4):  # every rank timed out: nobody to single out, all are named
+        records[r]["comm"][1]["detail"] = "RuntimeError: Socket Timeout"
+    [finding] = analyse(records, plan)[0]
+    assert [c.rank for c in finding.culprits] == [0, 1, 2, 3] and "timed out waiting" not in finding.summary
+
+
+def test_a_rank_that_never_finished_setting_up():
+    # Rank 3 reported nothing (killed while making its groups); the others waited at the barrier.
+    ctx, options, plan = plan_for()
+    ready_failed = {"step": "ready", "status": "failed", "missing": [3], "dead": [], "failed": []}
+    records = {r: {"rank": r, "comm": [{"step": "arrival", "status": "ok", "wait_s": 0.1},
+                                       {"step": "init", "status": "ok"}, ready_failed]} for r in range(3)}
+    records[3] = None
+    [finding] = analyse(records, plan)[0]
+    assert finding.key == "ready" and [(c.node, c.rank, c.value) for c in finding.culprits] == [("node-1", 3, "never set up")]
+    # A rank that said its own set-up hung is named once, by the init finding.
+    records[3] = {"rank": 3, "comm": [{"step": "arrival", "status": "ok", "wait_s": 0.1},
+                                      {"step": "init", "status": "hung", "detail": "no answer"}]}
+    [finding] = analyse(records, plan)[0]
+    assert finding.key == "init" and [(c.rank, c.value) for c in finding.culprits] == [(3, "hung")]
+
+
 def test_nccl_bandwidth_is_judged_against_the_links():
     ctx, options, plan = plan_for(world=4, per_node=2, sizes=(256 << 20,), backend="nccl")
     plan["backend"] = "nccl"

@@ -125,6 +125,16 @@ def test_two_nodes_and_a_rank_that_crashes(tmp_path):
     assert "SIGSEGV" not in failed["summary"] or "crashed" in failed["summary"]
 
 
+def test_a_rank_whose_set_up_fails(tmp_path):
+    # The set-up barrier: the other ranks stop before measuring, and only rank 2 is named.
+    data, codes, logs = torchrun(tmp_path, faults={"GPUDOCTOR_FAULT_SETUP": "2"})
+    [failed] = kinds(data)["collective-failed"]
+    assert failed["key"] == "init"
+    assert [(c["rank"], c["value"]) for c in failed["culprits"]] == [(2, "failed")]
+    assert "injected set-up failure" in failed["summary"]
+    assert all(row["status"] == "not-run" for row in data["collectives"]["results"])
+
+
 def test_a_rank_process_that_dies_outright(tmp_path):
     # torchrun then stops every other rank (SIGTERM); rank 0 still writes the report.
     data, codes, logs = torchrun(tmp_path, faults={"GPUDOCTOR_FAULT_EXIT": "2"})

@@ -19,7 +19,9 @@ The agent
 
 The collective worker: an arrival barrier on the store (each rank sets `arrive/<rank>` and waits
 for all, giving up early on ranks whose heartbeat stopped), then `init_process_group` (nccl on
-CUDA, gloo on the CPU) and the plan's steps: all-reduce and all-to-all at each size, over the
+CUDA, gloo on the CPU) and its subgroups, a set-up barrier (`ready/<rank>`: no rank measures
+until every rank has its groups, so one that fails early cannot break another's set-up), and
+the plan's steps: all-reduce and all-to-all at each size, over the
 whole world, within each node, and across nodes (one group per local rank: a rail). Before each
 step it sets `enter/<step>/<rank>` in the store and after it `done/<step>/<rank>`, so rank 0 can
 name ranks that never entered a collective even when they cannot report. Times are medians of
@@ -30,7 +32,8 @@ answers go to a private copy of stdout (fd 1 is pointed at stderr so that librar
 corrupt it). EOF on stdin ends the agent and its worker.
 
 Fault injection for tests (environment, RANK[,RANK...]): GPUDOCTOR_FAULT_HANG (the worker hangs
-inside its first measured collective) and GPUDOCTOR_FAULT_CRASH (it dies there with SIGSEGV).
+inside its first measured collective), GPUDOCTOR_FAULT_CRASH (it dies there with SIGSEGV) and
+GPUDOCTOR_FAULT_SETUP (its set-up fails once its groups exist).
 """
 from __future__ import annotations
 
@@ -98,19 +101,18 @@ def _measure(torch: Any, dist: Any, op: str, group: Any, n: int, nbytes: int, de
     return statistics.median(times)
 
 
-def _arrival(dist: Any, store: Any, plan: dict[str, Any], emit: Emit) -> bool:
-    """Wait on the store until every rank arrived; names the missing ranks on a timeout or when
-    their heartbeat stopped. Returns whether everyone arrived."""
+def _wait_all(store: Any, plan: dict[str, Any], key: str, timeout: float) -> tuple[list[int], list[int], float]:
+    """Wait on the store until every rank has set `<key>/<rank>`, giving up at `timeout` seconds
+    or as soon as a missing rank's heartbeat has stopped for `liveness_s`. Returns the ranks still
+    missing, those of them whose heartbeat stopped, and the seconds waited."""
     rank, world = plan["rank"], plan["world_size"]
     prefix = plan["prefix"]
-    store.set(f"{prefix}arrive/{rank}", repr(time.time()))
     started = time.monotonic()
-    deadline = started + float(plan["arrival_timeout"])
+    deadline = started + timeout
     pending = [r for r in range(world) if r != rank]
     seen: dict[int, tuple[int, float]] = {}  # rank -> (heartbeat, when it last moved)
-    dead: list[int] = []
     while pending:
-        pending = [r for r in pending if not store.check([f"{prefix}arrive/{r}"])]
+        pending = [r for r in pending if not store.check([f"{prefix}{key}/{r}"])]
         if not pending:
             break
         now = time.monotonic()
@@ -123,14 +125,45 @@ def _arrival(dist: Any, store: Any, plan: dict[str, Any], emit: Emit) -> bool:
             elif now - last[1] > float(plan["liveness_s"]):
                 dead.append(r)
         if dead or now > deadline:
-            why = (f"no heartbeat for {plan['liveness_s']:g} s" if dead
-                   else f"not arrived after {plan['arrival_timeout']:g} s")
-            emit({"step": "arrival", "status": "failed", "missing": pending, "dead": dead,
-                  "detail": f"ranks {', '.join(map(str, pending))} did not arrive ({why})",
-                  "wait_s": now - started})
-            return False
+            return pending, dead, now - started
         time.sleep(0.05)
-    emit({"step": "arrival", "status": "ok", "wait_s": time.monotonic() - started})
+    return [], [], time.monotonic() - started
+
+
+def _arrival(dist: Any, store: Any, plan: dict[str, Any], emit: Emit) -> bool:
+    """Wait on the store until every rank arrived; names the missing ranks on a timeout or when
+    their heartbeat stopped. Returns whether everyone arrived."""
+    store.set(f"{plan['prefix']}arrive/{plan['rank']}", repr(time.time()))
+    pending, dead, waited = _wait_all(store, plan, "arrive", float(plan["arrival_timeout"]))
+    if pending:
+        why = (f"no heartbeat for {plan['liveness_s']:g} s" if dead
+               else f"not arrived after {plan['arrival_timeout']:g} s")
+        emit({"step": "arrival", "status": "failed", "missing": pending, "dead": dead,
+              "detail": f"ranks {', '.join(map(str, pending))} did not arrive ({why})", "wait_s": waited})
+        return False
+    emit({"step": "arrival", "status": "ok", "wait_s": waited})
+    return True
+
+
+def _ready(store: Any, plan: dict[str, Any], ok: bool, emit: Emit) -> bool:
+    """The set-up barrier: no rank starts measuring until every rank has its process group and
+    subgroups. Without it a rank that fails early in the first collective (a crash) breaks the
+    connections a slower rank is still making for its groups, and the slower rank is blamed for
+    never entering. Every rank says `ready/<rank>` = ok or failed; a rank whose set-up failed
+    reported why in its own `init` event, so the others stop without measuring."""
+    prefix = plan["prefix"]
+    store.set(f"{prefix}ready/{plan['rank']}", "ok" if ok else "failed")
+    if not ok:
+        return False
+    pending, dead, waited = _wait_all(store, plan, "ready", float(plan["setup_timeout"]))
+    failed = [r for r in range(plan["world_size"])
+              if r not in pending and store.check([f"{prefix}ready/{r}"]) and store.get(f"{prefix}ready/{r}") == b"failed"]
+    if pending or failed:
+        emit({"step": "ready", "status": "failed", "missing": pending, "dead": dead, "failed": failed,
+              "detail": (f"ranks {', '.join(map(str, pending))} did not finish setting up" if pending
+                         else f"set-up failed on ranks {', '.join(map(str, failed))}"), "wait_s": waited})
+        return False
+    emit({"step": "ready", "status": "ok", "wait_s": waited})
     return True
 
 
@@ -160,6 +193,7 @@ def run_plan(plan: dict[str, Any], emit: Emit) -> None:
                                 world_size=plan["world_size"], timeout=timeout, **options)
     except Exception as exc:
         emit({"step": "init", "status": "failed", "detail": _why(exc)})
+        _ready(store, plan, False, emit)
         return
     # Every rank creates only the groups it belongs to, in the plan's order (local synchronisation:
     # the other ranks need not take part).
@@ -171,10 +205,15 @@ def run_plan(plan: dict[str, Any], emit: Emit) -> None:
                 mine = next(g for g in step["groups"] if rank in g)
                 group = None if scope == "world" else dist.new_group(mine, timeout=timeout, use_local_synchronization=True)
                 groups[scope] = (group, mine)
+        if _faulty("GPUDOCTOR_FAULT_SETUP", rank):
+            raise RuntimeError("injected set-up failure")
     except Exception as exc:
         emit({"step": "init", "status": "failed", "detail": f"new_group: {_why(exc)}"})
+        _ready(store, plan, False, emit)
         return
     emit({"step": "init", "status": "ok", "time_s": time.monotonic() - started, "backend": plan["backend"]})
+    if not _ready(store, plan, True, emit):
+        return
     for index, step in enumerate(plan["steps"]):
         name = step["name"]
         group, members = groups[step["scope"]]
@@ -301,8 +340,9 @@ class _Worker:
                     entered = time.monotonic()
                     step_deadline = entered + float(plan["collective_timeout"]) + float(plan["grace_s"])
                     continue
-                if event.get("step") == "arrival" and event.get("status") == "ok":
-                    step = "init"
+                if event.get("status") == "ok" and event.get("step") in ("arrival", "init"):
+                    # set-up, then the barrier after it: each gets the set-up timeout
+                    step = "init" if event["step"] == "arrival" else "ready"
                     entered = time.monotonic()
                     step_deadline = entered + float(plan["setup_timeout"]) + float(plan["grace_s"])
                 emit(event)

@@ -12,6 +12,7 @@ Only NCCL on GPUs is judged: gloo on the CPU measures the host, not an interconn
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from gpudoctor.fleet.model import ERROR, WARNING, Culprit, FleetFinding
@@ -21,6 +22,8 @@ NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 NodeOf = Callable[[int], "str | None"]
+# How a rank's set-up error reads when it only waited for another rank (gloo, NCCL, the store).
+_TIMED_OUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -146,13 +149,32 @@ def analyse(
             key="arrival", expected="every rank", culprits=culprits))
 
     # Init.
-    init_failed = {r: e["init"] for r, e in by_rank.items() if e.get("init", {}).get("status") == "failed"}
+    init_failed = {r: e["init"] for r, e in by_rank.items()
+                   if e.get("init", {}).get("status") in ("failed", "hung", "crashed")}
     if init_failed:
-        first = next(iter(init_failed.values()))
+        # Ranks that timed out waiting are the victims of one that failed outright, if there is one.
+        waited = {r for r, e in init_failed.items() if _TIMED_OUT.search(str(e.get("detail") or ""))}
+        blamed = sorted(set(init_failed) - waited) or sorted(init_failed)
+        first = init_failed[blamed[0]]
+        victims = len(init_failed) - len(blamed)
         findings.append(FleetFinding(
             "collective-failed", ERROR,
-            f"init_process_group({backend}) failed on {len(init_failed)} ranks: {first.get('detail')}",
-            key="init", culprits=tuple(place(r, "failed", e.get("detail")) for r, e in sorted(init_failed.items()))))
+            f"init_process_group({backend}) failed on {len(blamed)} {_ranks(len(blamed))}: {first.get('detail')}"
+            + (f"; {victims} other {_ranks(victims)} timed out waiting for it" if victims else ""),
+            key="init", culprits=tuple(place(r, str(init_failed[r].get("status")), init_failed[r].get("detail"))
+                                       for r in blamed)))
+    # The set-up barrier: ranks that never finished setting up and said nothing of it themselves.
+    unready = sorted({r for e in by_rank.values() if e.get("ready", {}).get("status") == "failed"
+                      for r in e["ready"].get("missing") or [] if isinstance(r, int) and r not in init_failed})
+    if unready:
+        dead = {r for e in by_rank.values() if e.get("ready", {}).get("status") == "failed"
+                for r in e["ready"].get("dead") or [] if isinstance(r, int)}
+        culprits = tuple(place(r, "dead" if r in dead else "never set up") for r in unready)
+        findings.append(FleetFinding(
+            "collective-failed", ERROR,
+            f"{', '.join(c.where() for c in culprits[:6])}" + (f" (+{len(culprits) - 6} more)" if len(culprits) > 6 else "")
+            + " never finished setting up the process group; no collective was measured",
+            key="ready", expected="every rank", culprits=culprits))
 
     rows: list[dict[str, Any]] = []
     steps = plan.get("steps") or []
@@ -229,6 +251,10 @@ def analyse(
     section = {"backend": backend, "world_size": world, "results": rows, "arrival": arrival_rows,
                "expect_fraction": expect_fraction}
     return findings, section
+
+
+def _ranks(n: int) -> str:
+    return "rank" if n == 1 else "ranks"
 
 
 def _blame(statuses: dict[int, str]) -> list[int]:

@@ -389,7 +389,7 @@ def run_distributed(options: Any, progress: Callable[[Any], None] | None = None,
             record["plan"] = plan
             if ctx.rank == 0:
                 say(f"measuring collectives ({backend}, {ctx.world_size} ranks)")
-            budget = (dist.arrival_timeout + plan["setup_timeout"]
+            budget = (dist.arrival_timeout + 2 * plan["setup_timeout"]  # set-up, then its barrier
                       + (len(plan["steps"]) + 2) * (dist.collective_timeout + plan["grace_s"]) + 60)
             comm_started = time.monotonic()
             try:

@@ -120,6 +120,27 @@ def test_undefined_symbol_in_torch_itself_is_an_import_failure_not_an_extension(
     assert best(ext).id == "extension-abi-mismatch"
 
 
+def test_a_missing_library_is_the_extensions_when_the_failing_import_is_the_extensions():
+    # The loader's "cannot open shared object file" names a library, not who needed it: torch's own
+    # import (its frames, or none) stays an import failure; an extension's import frame, or the
+    # libraries only torch 1.8-1.12's split CUDA build had, make it an extension built for another
+    # torch or CUDA.
+    own = ('  File "/env/lib/python3.10/site-packages/torch/__init__.py", line 199, in <module>\n'
+           "    from torch._C import *  # noqa: F403\n"
+           "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n")
+    assert best(own).id == "torch-import-failed"
+    ext = ('  File "/env/lib/python3.10/site-packages/apex/optimizers/fused_adam.py", line 40, in __init__\n'
+           '    fused_adam_cuda = importlib.import_module("fused_adam_cuda")\n'
+           "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n")
+    assert best(ext).id == "extension-abi-mismatch"
+    assert "torch-import-failed" not in confident(ext)
+    split = ("UserWarning: Failed to load image Python extension: libtorch_cuda_cu.so: cannot open shared "
+             "object file: No such file or directory\n")
+    assert best(split).id == "extension-abi-mismatch"
+    bare = "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n"
+    assert confident(bare) == [] or best(bare).id == "torch-import-failed"
+
+
 # --- a log, not a line ---------------------------------------------------------------------------
 
 

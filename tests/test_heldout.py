@@ -22,8 +22,8 @@ from gpudoctor.matcher import CONFIDENT, match_text
 FIXTURES = Path(__file__).parent / "fixtures"
 DEV = sorted((FIXTURES / "dev").glob("*/*.txt"))
 HELDOUT = sorted((FIXTURES / "heldout").glob("*/*.txt"))
-TOP1_FLOOR = 0.90  # share of held-out texts with a known cause whose best match is that cause
-CONFIDENT_UNKNOWN_CEILING = 0.08  # share of outside-the-KB texts given a confident match
+TOP1_FLOOR = 0.93  # share of held-out texts with a known cause whose best match is that cause
+CONFIDENT_UNKNOWN_CEILING = 0.05  # share of outside-the-KB texts given a confident match
 
 
 def _read(path: Path) -> tuple[str, str]:
@@ -35,7 +35,7 @@ def _source(path: Path) -> str:
     return _read(path)[0].removeprefix("# source: ").strip()
 
 
-@pytest.mark.parametrize("cases, least", [(DEV, 80), (HELDOUT, 150)], ids=["dev", "heldout"])
+@pytest.mark.parametrize("cases, least", [(DEV, 80), (HELDOUT, 220)], ids=["dev", "heldout"])
 def test_sets_are_well_formed(cases: list[Path], least: int):
     ids = {e.id for e in kb.load_all()}
     folders = {p.parent.name for p in cases}
@@ -61,7 +61,7 @@ def test_heldout_texts_come_from_threads_used_nowhere_else():
 
 
 def test_heldout_has_enough_causes_outside_the_knowledge_base():
-    assert sum(1 for p in HELDOUT if p.parent.name == "none") >= 25
+    assert sum(1 for p in HELDOUT if p.parent.name == "none") >= 50
 
 
 @pytest.mark.parametrize("path", DEV, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -1,6 +1,6 @@
 """Measure `explain` on a folder of labelled real error texts (tests/fixtures/heldout by default).
 
-    python tools/heldout_report.py [FOLDER] [--misses] [--round r1|r2]
+    python tools/heldout_report.py [FOLDER] [--misses] [--round r1|r2|r3]
 
 Each text lives in FOLDER/<expected-id>/<name>.txt, first line `# source: <url>`; `none/` holds
 texts whose cause is outside the knowledge base. Prints top-1 accuracy on the labelled texts and
@@ -14,17 +14,20 @@ import pathlib
 import sys
 
 CONFIDENT = 0.5
+ROUNDS = ("r1", "r2", "r3")
+LATER_ROUNDS = tuple(f"{r}-" for r in ROUNDS[1:])  # name prefixes; round 1 has none
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def cases(folder: pathlib.Path, round_: str | None = None) -> list[tuple[str, pathlib.Path]]:
-    """Texts named `r2-*` were drawn in the second round (see tests/fixtures/heldout/README.md)."""
+    """Texts named `r2-*` and `r3-*` were drawn in the second and third rounds; the first round's
+    names have no prefix (see tests/fixtures/heldout/README.md)."""
     found = sorted((p.parent.name, p) for p in folder.glob("*/*.txt"))
-    if round_ == "r2":
-        return [(e, p) for e, p in found if p.name.startswith("r2-")]
+    if round_ is None:
+        return found
     if round_ == "r1":
-        return [(e, p) for e, p in found if not p.name.startswith("r2-")]
-    return found
+        return [(e, p) for e, p in found if not p.name.startswith(LATER_ROUNDS)]
+    return [(e, p) for e, p in found if p.name.startswith(f"{round_}-")]
 
 
 def body(path: pathlib.Path) -> str:
@@ -61,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", default=str(ROOT / "tests" / "fixtures" / "heldout"))
     parser.add_argument("--misses", action="store_true", help="list every miss")
-    parser.add_argument("--round", choices=("r1", "r2"), help="only the first or second draw")
+    parser.add_argument("--round", choices=ROUNDS, help="only one draw")
     args = parser.parse_args()
     result = measure(pathlib.Path(args.folder), args.round)
     if args.misses:

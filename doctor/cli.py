@@ -223,7 +223,7 @@ def explain(
         _fail("nothing to explain: give an id, an error text, - for stdin, or --file LOG")
     if as_json and fmt not in (None, Format.json):
         _fail("--json and --format both given; use --format")
-    [out] = plan_outputs(Format.json if as_json else fmt, output)
+    [out] = plan_outputs(Format.json if as_json else fmt, output, inputs=[file] if file else ())
     if query is not None and file is None and _LINT_CODE.match(query):  # a lint rule: GPU003
         from gpudoctor.lint.explain import show_rule
 
@@ -538,7 +538,8 @@ def scan(
 
     from gpudoctor import runner
 
-    outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")])
+    outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")],
+                           inputs=probe_file)
     settings: dict[str, Any] = dict(
         python=python, probes=tuple(probe), skip=tuple(skip), timeout=timeout, probe_files=tuple(probe_file),
         attn_shape=attn_shape, redact=not no_redact, probe_options=tuple(probe_option),
@@ -616,7 +617,7 @@ def lint(
     `gpudoctor explain GPU001` documents a rule; --fix applies the safe fixes."""
     from gpudoctor.lint.cli import Options, run
 
-    [out] = plan_outputs(fmt, output)
+    [out] = plan_outputs(fmt, output, inputs=paths or ())
     raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=out.fmt.value, output=out.path, select=select,
                                  ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated,
                                  jobs=jobs, quiet=quiet, verbose=verbose)))

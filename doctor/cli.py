@@ -211,6 +211,8 @@ def explain(
     output: Optional[str] = output_option(),
     quiet: bool = quiet_option("Print only the matched ids and titles."),
     verbose: bool = verbose_option("Print every matched entry in full, not just the best."),
+    no_redact: bool = no_redact_option("Do not redact the lines quoted from the text: keep user names, host names, "
+                                       "tokens, paths and hardware ids."),
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
 ) -> None:
     """Name the known failure behind an error, a log or an id.
@@ -243,6 +245,10 @@ def explain(
             result = _match(query, file)
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
+    if result.matches and not no_redact:  # the quoted lines go into tickets: redacted as reports are
+        from gpudoctor.reports.redact import Redactor
+
+        result = ex.redact_explanation(result, Redactor())
 
     unknown_id = result.entry is None and query not in (None, "-") and _ID_LIKE.match(query)
     if out.fmt is Format.json:

@@ -595,6 +595,11 @@ def scan(
             emit_line(out, render.verdict(report).line)
         else:
             emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
+    if not quiet and not any(o.to_stdout for o in outputs):
+        # Every report went to a file: the verdict and where the report is, on stderr (as merge does),
+        # so that `scan -o report.md` does not end on the last progress line without a word.
+        where = ", ".join(o.path for o in outputs)
+        _say(f"{render.verdict(report).line}; the report is in {where}")
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
 
 

@@ -78,6 +78,18 @@ def test_unknown_probe_exits_2_with_one_line():
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("name, hint", [
+    ("sdpa", " (did you mean 'sdpa-backends'?)"),  # part of an id
+    ("fp8", " (did you mean 'fp8-matmul'?)"),
+    ("nonexistent", "; `gpudoctor scan --list-probes` lists them"),
+])
+def test_unknown_probe_names_the_id_or_where_they_are_listed(name, hint):
+    result = scan("--skip", name)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"gpudoctor: unknown probe {name!r}{hint}"
+    assert result.stdout == ""
+
+
 def test_bad_python_exits_2(tmp_path):
     result = scan("--python", str(tmp_path / "no-python"))
     assert result.exit_code == 2

@@ -92,6 +92,22 @@ def _silence_stdout() -> None:
         pass
 
 
+def _stdout_identity() -> Optional[tuple]:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_rdev)
+
+
+def _devnull_identity() -> Optional[tuple]:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_rdev)
+
+
 class _Group(typer.core.TyperGroup):
     """Typer's group with one-line errors: click's usage errors (a bad option value, an unknown
     command) become `gpudoctor: ...` and exit 2, a closed pipe exits 141 quietly, and a failed
@@ -102,6 +118,7 @@ class _Group(typer.core.TyperGroup):
         _prepare_streams()
         argv = list(sys.argv[1:] if args is None else args)
         extra.setdefault("obj", {"argv": argv})
+        stdout_before = _stdout_identity()
         try:
             rv = super().main(args=argv, prog_name=prog_name or "gpudoctor", complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -128,6 +145,12 @@ class _Group(typer.core.TyperGroup):
         except OutputError as exc:
             _say(str(exc))
             code = EXIT_USAGE
+        except SystemExit as exc:
+            # typer prints --help through a rich Console of its own, whose closed-pipe handler points
+            # stdout at /dev/null and exits 1 (`gpudoctor --help | head -1`): that is our 141.
+            if exc.code != 1 or stdout_before in (None, _devnull_identity()) or _stdout_identity() != _devnull_identity():
+                raise
+            code = EXIT_CLOSED_PIPE
         except OSError as exc:  # writing standard output failed: /dev/full, a dead terminal
             if exc.errno == errno.EPIPE:
                 _silence_stdout()

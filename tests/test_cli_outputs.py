@@ -213,6 +213,22 @@ def test_a_closed_pipe_ends_every_command_with_141_without_a_word(tmp_path, comm
     assert proc.stderr == ""
 
 
+@pytest.mark.parametrize("args", [["--help"], ["scan", "--help"], ["explain", "-h"], ["list", "--help"]])
+def test_help_into_a_closed_pipe_ends_with_141_too(args):
+    """typer prints help through a rich Console whose closed-pipe handler exits 1; `gpudoctor
+    --help | head -1` must end as every other output does."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = _gpudoctor(args, stdout=write)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""
+    with open(os.devnull, "w") as devnull:  # a help that is written is still exit 0
+        assert _gpudoctor(args, stdout=devnull).returncode == 0
+
+
 def test_run_refuses_standard_output_for_the_diagnosis(tmp_path):
     """run's standard output is the command's: the diagnosis goes to a file or nowhere."""
     for args in (["-o", "-"], ["-o", "/dev/stdout"], ["--format", "md"]):

@@ -255,6 +255,10 @@ def explain(
         shown = show_rule(query, output=out)
         if shown is not None:
             raise typer.Exit(shown)
+        from gpudoctor.lint.rules import RULES
+
+        _fail(f"no lint rule {query.upper()}: the rules are {RULES[0].code}..{RULES[-1].code} "
+              "(`gpudoctor explain GPU001`)")
     from gpudoctor import explain as ex
     from gpudoctor import kb
 
@@ -285,7 +289,13 @@ def explain(
         tail = f"; did you mean {', '.join(hints)}?" if hints else "; `gpudoctor list` shows them all"
         _fail(f"no knowledge-base entry or known error matches {query!r}{tail}")
     if result.entry is None:
-        _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
+        # A few words that match nothing were probably meant as an id: `explain "cuda oom"`.
+        words = (query or "").split() if file is None and query != "-" else []
+        hints = kb.suggest("-".join(words)) if 1 < len(words) <= 4 else []
+        if hints:
+            _say(f"no known failure matched this text; did you mean {', '.join(hints)}? (`gpudoctor explain ID`)")
+        else:
+            _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
         raise typer.Exit(EXIT_FINDINGS)
 
 

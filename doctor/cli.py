@@ -92,6 +92,22 @@ def _silence_stdout() -> None:
         pass
 
 
+def _stdout_identity() -> Optional[tuple]:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_rdev)
+
+
+def _devnull_identity() -> Optional[tuple]:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_rdev)
+
+
 class _Group(typer.core.TyperGroup):
     """Typer's group with one-line errors: click's usage errors (a bad option value, an unknown
     command) become `gpudoctor: ...` and exit 2, a closed pipe exits 141 quietly, and a failed
@@ -102,6 +118,7 @@ class _Group(typer.core.TyperGroup):
         _prepare_streams()
         argv = list(sys.argv[1:] if args is None else args)
         extra.setdefault("obj", {"argv": argv})
+        stdout_before = _stdout_identity()
         try:
             rv = super().main(args=argv, prog_name=prog_name or "gpudoctor", complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -128,6 +145,12 @@ class _Group(typer.core.TyperGroup):
         except OutputError as exc:
             _say(str(exc))
             code = EXIT_USAGE
+        except SystemExit as exc:
+            # typer prints --help through a rich Console of its own, whose closed-pipe handler points
+            # stdout at /dev/null and exits 1 (`gpudoctor --help | head -1`): that is our 141.
+            if exc.code != 1 or stdout_before in (None, _devnull_identity()) or _stdout_identity() != _devnull_identity():
+                raise
+            code = EXIT_CLOSED_PIPE
         except OSError as exc:  # writing standard output failed: /dev/full, a dead terminal
             if exc.errno == errno.EPIPE:
                 _silence_stdout()
@@ -211,6 +234,8 @@ def explain(
     output: Optional[str] = output_option(),
     quiet: bool = quiet_option("Print only the matched ids and titles."),
     verbose: bool = verbose_option("Print every matched entry in full, not just the best."),
+    no_redact: bool = no_redact_option("Do not redact the lines quoted from the text: keep user names, host names, "
+                                       "tokens, paths and hardware ids."),
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Same as --format json."),
 ) -> None:
     """Name the known failure behind an error, a log or an id.
@@ -223,13 +248,17 @@ def explain(
         _fail("nothing to explain: give an id, an error text, - for stdin, or --file LOG")
     if as_json and fmt not in (None, Format.json):
         _fail("--json and --format both given; use --format")
-    [out] = plan_outputs(Format.json if as_json else fmt, output)
+    [out] = plan_outputs(Format.json if as_json else fmt, output, inputs=[file] if file else ())
     if query is not None and file is None and _LINT_CODE.match(query):  # a lint rule: GPU003
         from gpudoctor.lint.explain import show_rule
 
         shown = show_rule(query, output=out)
         if shown is not None:
             raise typer.Exit(shown)
+        from gpudoctor.lint.rules import RULES
+
+        _fail(f"no lint rule {query.upper()}: the rules are {RULES[0].code}..{RULES[-1].code} "
+              "(`gpudoctor explain GPU001`)")
     from gpudoctor import explain as ex
     from gpudoctor import kb
 
@@ -243,6 +272,10 @@ def explain(
             result = _match(query, file)
     except kb.KnowledgeBaseError as exc:
         _fail(f"the knowledge base is damaged: {exc}")
+    if result.matches and not no_redact:  # the quoted lines go into tickets: redacted as reports are
+        from gpudoctor.reports.redact import Redactor
+
+        result = ex.redact_explanation(result, Redactor())
 
     unknown_id = result.entry is None and query not in (None, "-") and _ID_LIKE.match(query)
     if out.fmt is Format.json:
@@ -256,7 +289,13 @@ def explain(
         tail = f"; did you mean {', '.join(hints)}?" if hints else "; `gpudoctor list` shows them all"
         _fail(f"no knowledge-base entry or known error matches {query!r}{tail}")
     if result.entry is None:
-        _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
+        # A few words that match nothing were probably meant as an id: `explain "cuda oom"`.
+        words = (query or "").split() if file is None and query != "-" else []
+        hints = kb.suggest("-".join(words)) if 1 < len(words) <= 4 else []
+        if hints:
+            _say(f"no known failure matched this text; did you mean {', '.join(hints)}? (`gpudoctor explain ID`)")
+        else:
+            _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -538,7 +577,8 @@ def scan(
 
     from gpudoctor import runner
 
-    outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")])
+    outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")],
+                           inputs=probe_file)
     settings: dict[str, Any] = dict(
         python=python, probes=tuple(probe), skip=tuple(skip), timeout=timeout, probe_files=tuple(probe_file),
         attn_shape=attn_shape, redact=not no_redact, probe_options=tuple(probe_option),
@@ -588,6 +628,11 @@ def scan(
             emit_line(out, render.verdict(report).line)
         else:
             emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
+    if not quiet and not any(o.to_stdout for o in outputs):
+        # Every report went to a file: the verdict and where the report is, on stderr (as merge does),
+        # so that `scan -o report.md` does not end on the last progress line without a word.
+        where = ", ".join(o.path for o in outputs)
+        _say(f"{render.verdict(report).line}; the report is in {where}")
     raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
 
 
@@ -616,7 +661,7 @@ def lint(
     `gpudoctor explain GPU001` documents a rule; --fix applies the safe fixes."""
     from gpudoctor.lint.cli import Options, run
 
-    [out] = plan_outputs(fmt, output)
+    [out] = plan_outputs(fmt, output, inputs=paths or ())
     raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=out.fmt.value, output=out.path, select=select,
                                  ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated,
                                  jobs=jobs, quiet=quiet, verbose=verbose)))

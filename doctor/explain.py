@@ -49,6 +49,23 @@ class Explanation:
         return self.matches[0] if self.matches else None
 
 
+def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
+    """The explanation with everything quoted from the user's text (evidence lines, captured
+    values, the facts that decided a match and the lines against it) passed through `redactor`
+    (a gpudoctor.reports.redact.Redactor): tokens, user and host names, addresses and home paths
+    become placeholders, as in every report. The knowledge base's own text is left alone."""
+    import dataclasses
+
+    def scrub(values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(redactor.text(v) for v in values)
+
+    matches = tuple(
+        dataclasses.replace(m, evidence=scrub(m.evidence), decided_by=scrub(m.decided_by), against=scrub(m.against),
+                            captures={k: redactor.text(v) if isinstance(v, str) else v for k, v in m.captures.items()})
+        for m in explanation.matches)
+    return dataclasses.replace(explanation, matches=matches)
+
+
 # --- JSON ------------------------------------------------------------------------------------------
 
 

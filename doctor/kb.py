@@ -506,9 +506,13 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
     )
 
 
+_WRAPPED_HYPHEN = re.compile(r"(?<=[A-Za-z0-9])-\n[ \t]*(?=[A-Za-z0-9])")
+
+
 def _reflow(text: str) -> str:
-    """Join the hard-wrapped lines of a TOML paragraph; blank lines keep paragraphs apart."""
-    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    """Join the hard-wrapped lines of a TOML paragraph; blank lines keep paragraphs apart. A line
+    that ends inside a hyphenated word ("memory-" / "efficient") joins without a space."""
+    paragraphs = [" ".join(_WRAPPED_HYPHEN.sub("-", p).split()) for p in text.strip().split("\n\n")]
     return "\n\n".join(p for p in paragraphs if p)
 
 

@@ -253,11 +253,13 @@ def std_name(path: str) -> str:
 
 
 def plan_outputs(fmt: Optional[Format], output: Optional[str],
-                 aliases: Sequence[tuple[Format, Optional[str], str]] = ()) -> list[Output]:
+                 aliases: Sequence[tuple[Format, Optional[str], str]] = (),
+                 inputs: Sequence[str] = ()) -> list[Output]:
     """The outputs a command writes, checked: `--format`/`-o`, plus the old alias options (format,
     path, option name). The text report on standard output is dropped when an alias takes
     standard output and neither `--format` nor `-o` was given. The first output is the one
-    `--format`/`-o` asked for (or the default: text on standard output)."""
+    `--format`/`-o` asked for (or the default: text on standard output). `inputs` are the files
+    the command reads: an output that is one of them is refused (`check_not_input`)."""
     outputs: list[Output] = []
     for alias_fmt, path, option in aliases:
         if path is not None:
@@ -280,7 +282,35 @@ def plan_outputs(fmt: Optional[Format], output: Optional[str],
         seen[key] = o.option
     for o in outputs:
         check_output(o.option, o.path)
+        check_not_input(o, inputs)
     return outputs
+
+
+def check_not_input(output: Output, inputs: Sequence[str]) -> None:
+    """gpudoctor never modifies its input files: `explain -f train.log -o train.log` would replace
+    the log with its explanation. An output that is the same file as an input (by device and
+    inode, so another spelling of the path or a hard link counts) is refused. Devices and FIFOs
+    (/dev/null) are never inputs worth protecting."""
+    import stat
+
+    if output.to_stdout:
+        return
+    try:
+        out = os.stat(output.path)
+    except OSError:
+        return  # a new file cannot be an input
+    if not stat.S_ISREG(out.st_mode):
+        return
+    for path in inputs:
+        if not path or path == "-":
+            continue
+        try:
+            src = os.stat(path)
+        except OSError:
+            continue
+        if (src.st_dev, src.st_ino) == (out.st_dev, out.st_ino):
+            raise OutputError(f"{output.option} {output.path}: is also an input ({path}); gpudoctor never "
+                              "overwrites what it reads: give another path")
 
 
 def write_file(path: str, text: str) -> None:

@@ -185,8 +185,14 @@ def check_timeouts(options: ScanOptions) -> None:
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
+    """A near miss (`fake-kk`), or the id a short name is part of (`sdpa` for sdpa-backends, `fp8`);
+    otherwise where the ids are listed."""
     close = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    key = name.strip().lower()
+    close += [k for k in known if len(key) >= 3 and key in k.lower() and k not in close]
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close[:3])}?)"
+    return "; `gpudoctor scan --list-probes` lists them"
 
 
 def _is_cuda(device: str) -> bool:

@@ -253,7 +253,7 @@ def report(
     from gpudoctor.reports.model import ReportFormatError, report_from_dict
     from gpudoctor.reports.redact import redact_report
 
-    [out] = plan_outputs(fmt, output)
+    [out] = plan_outputs(fmt, output, inputs=[file])
     try:
         data = load.load_report(file)
     except load.ReportError as exc:
@@ -298,7 +298,7 @@ def diff(
 
     if a == "-" and b == "-":
         _fail("only one of the two reports can come from standard input")
-    [out] = plan_outputs(fmt, output)
+    [out] = plan_outputs(fmt, output, inputs=[a, b])
     loaded = []
     for path in (a, b):
         try:

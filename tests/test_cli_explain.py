@@ -197,3 +197,47 @@ def test_python_dash_m_entry_point():
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "--json", "misaligned"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and json.loads(proc.stdout)["entry"]["id"] == "misaligned-address"
+
+
+# A pasted failure that quotes a token and a home directory: what explain writes goes into tickets.
+LEAKY = ("OSError: /home/alice/.venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: "
+         "undefined symbol: _ZN3c104cuda9SetDeviceEi token=hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa98765432\n")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "md"])
+def test_explain_redacts_the_lines_it_quotes(fmt):
+    r = invoke("explain", "--format", fmt, LEAKY)
+    assert r.exit_code == 0, r.output
+    assert "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa98765432" not in r.stdout
+    assert "/home/alice" not in r.stdout
+    if fmt == "json":
+        evidence = json.loads(r.stdout)["matches"][0]["evidence"][0]
+        assert "token=<secret-1>" in evidence and "/home/<user-1>/.venv" in evidence
+        assert "_ZN3c104cuda9SetDeviceEi" in evidence  # what the diagnosis rests on stays
+
+
+def test_explain_no_redact_keeps_the_text():
+    r = invoke("explain", "--format", "json", "--no-redact", LEAKY)
+    assert r.exit_code == 0, r.output
+    evidence = json.loads(r.stdout)["matches"][0]["evidence"][0]
+    assert "token=hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa98765432" in evidence and "/home/alice/.venv" in evidence
+
+
+def test_a_few_words_that_match_nothing_suggest_the_id():
+    """`explain "cuda oom"` is an id typed with a space: still exit 1 (nothing matched), but the
+    line names the id instead of only sending the user to `scan`."""
+    r = invoke("explain", "cuda oom")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == "gpudoctor: no known failure matched this text; did you mean cuda-oom? (`gpudoctor explain ID`)\n"
+    long = invoke("explain", "the weather was fine and nothing else happened today")
+    assert long.exit_code == 1
+    assert long.stderr == "gpudoctor: no known failure matched this text; run `gpudoctor scan` to probe this machine\n"
+
+
+def test_an_unknown_lint_code_names_the_rules():
+    from gpudoctor.lint.rules import RULES
+
+    r = invoke("explain", "gpu999")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == (f"gpudoctor: no lint rule GPU999: the rules are GPU001..{RULES[-1].code} "
+                        "(`gpudoctor explain GPU001`)\n")

@@ -137,6 +137,51 @@ def test_every_command_replaces_a_file_whole_and_keeps_its_mode(tmp_path, comman
     assert os.listdir(out.parent) == ["result.md"]  # no temporary file left behind
 
 
+# Each command that reads files, with -o naming the file it reads (a copy in tmp).
+READS = {
+    "explain": lambda f: ["explain", "-f", f, "-o", f],
+    "report": lambda f: ["report", f, "-o", f],
+    "diff": lambda f: ["diff", SAMPLE, f, "--format", "json", "-o", f],
+    "merge": lambda f: ["merge", f, "--format", "json", "-o", f],
+    "lint": lambda f: ["lint", f, "--format", "json", "-o", f],
+    "scan": lambda f: ["scan", "--probe-file", f, "--format", "json", "-o", f],
+}
+
+
+@pytest.mark.parametrize("command", list(READS))
+def test_no_command_overwrites_the_file_it_reads(tmp_path, command):
+    """`explain -f train.log -o train.log` used to replace the log with its explanation: an
+    output that is one of the command's own inputs (under any spelling) is refused, untouched."""
+    source = pathlib.Path(SAMPLE)
+    if command == "lint":
+        source = _source(tmp_path)
+    elif command == "scan":
+        source = FAKES / "once.py"
+    elif command == "explain":
+        source = FIXTURES / "heldout" / "misaligned-address" / "nanoflow-prefill.txt"
+    mine = tmp_path / ("in" + source.suffix)
+    mine.write_bytes(source.read_bytes())
+    before = mine.read_bytes()
+    other_spelling = str(tmp_path / "." / mine.name)
+    result = CliRunner().invoke(app, READS[command](other_spelling))
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert result.stderr == (f"gpudoctor: -o {other_spelling}: is also an input ({other_spelling}); "
+                             "gpudoctor never overwrites what it reads: give another path\n")
+    assert mine.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == sorted(["in" + source.suffix] + (["src"] if command == "lint" else []))
+
+
+def test_an_output_beside_the_input_is_written(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("RuntimeError: CUDA error: misaligned address\n")
+    out = tmp_path / "ticket.md"
+    out.write_text("old")
+    result = CliRunner().invoke(app, ["explain", "-f", str(log), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "misaligned-address" in out.read_text()
+    assert log.read_text() == "RuntimeError: CUDA error: misaligned address\n"
+
+
 def _gpudoctor(args: list[str], **kw) -> subprocess.CompletedProcess:
     kw.setdefault("stderr", subprocess.PIPE)
     return subprocess.run([sys.executable, "-m", "gpudoctor", *args], text=True, timeout=300,
@@ -166,6 +211,22 @@ def test_a_closed_pipe_ends_every_command_with_141_without_a_word(tmp_path, comm
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["scan", "--help"], ["explain", "-h"], ["list", "--help"]])
+def test_help_into_a_closed_pipe_ends_with_141_too(args):
+    """typer prints help through a rich Console whose closed-pipe handler exits 1; `gpudoctor
+    --help | head -1` must end as every other output does."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = _gpudoctor(args, stdout=write)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""
+    with open(os.devnull, "w") as devnull:  # a help that is written is still exit 0
+        assert _gpudoctor(args, stdout=devnull).returncode == 0
 
 
 def test_run_refuses_standard_output_for_the_diagnosis(tmp_path):

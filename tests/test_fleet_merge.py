@@ -47,6 +47,16 @@ def test_a_healthy_fleet_has_no_findings(tmp_path):
     assert not render.has_problems(data)
 
 
+def test_one_node_reads_as_a_sentence(tmp_path):
+    """`merge scan.json` of one node said "1 nodes reported" and "1 reports read"."""
+    data = merged(tmp_path, [fs.node_report(0, nodes=1)])
+    assert data["verdict"].startswith("healthy: 1 of 1 node reported, 8 GPUs")
+    result = runner.invoke(app, ["merge", *fs.write(tmp_path, [fs.node_report(0, nodes=1)], prefix="alone")])
+    assert result.exit_code == 0, result.output
+    assert "healthy: 1 of 1 node reported, 8 GPUs, nothing differs" in result.stdout
+    assert "1 report read" in result.stdout and "1 nodes" not in result.stdout
+
+
 def test_drift_missing_node_and_straggler_are_named(tmp_path):
     reports = [
         fs.node_report(0, nodes=5),

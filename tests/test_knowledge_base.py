@@ -253,3 +253,14 @@ def test_malformed_entry_is_rejected_with_its_name():
             kb.parse_entry({**good, key: value}, "x-y.toml")
     with pytest.raises(kb.KnowledgeBaseError, match="fix_safety"):
         kb.parse_entry({**good, "applicability": "unsafe"}, "x-y.toml")
+
+
+def test_a_hyphenated_word_wrapped_in_the_toml_reads_as_one_word():
+    """A prose line that ends inside a hyphenated word joins without a space: `explain` printed
+    "high- resolution" and "memory- efficient"."""
+    assert kb._reflow("video or high-\nresolution images") == "video or high-resolution images"
+    assert kb._reflow("8- and\n16-byte, a -\nb") == "8- and 16-byte, a - b"  # not a wrapped word
+    entries = {e.id: e for e in kb.load_all()}
+    assert "high-resolution image diffusion" in entries["attention-oom"].what
+    assert "(flash, memory-efficient, cuDNN, math)" in entries["sdpa-no-kernel"].what
+    assert "a library like MS-AMP or TensorFlow" in entries["nccl-version-mismatch"].what

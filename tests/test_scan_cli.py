@@ -57,10 +57,36 @@ def test_crash_exits_1_and_files_are_written(tmp_path):
     assert "fake-raise" in result.stdout  # the terminal report
 
 
+def test_a_report_written_to_a_file_still_ends_on_the_verdict(tmp_path):
+    """`scan -o report.md` writes nothing on stdout: the verdict and where the report went close
+    stderr, so the terminal does not end on the last progress line."""
+    out = tmp_path / "report.md"
+    result = scan(*files("ok", "raises"), "--probe", "fake-ok", "--probe", "fake-raise", "-o", str(out))
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        f"gpudoctor: NOT HEALTHY (1 problem); fix first: fake-raise crashed; the report is in {out}")
+    assert "fake-raise" in out.read_text()
+    quiet = scan(*files("ok"), "--probe", "fake-ok", "-q", "-o", str(tmp_path / "r.json"))
+    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""  # -q: not a word
+
+
 def test_unknown_probe_exits_2_with_one_line():
     result = scan(*files("ok"), "--probe", "fake-kk")
     assert result.exit_code == 2
     assert result.stderr.strip() == "gpudoctor: unknown probe 'fake-kk' (did you mean 'fake-ok'?)"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("name, hint", [
+    ("sdpa", " (did you mean 'sdpa-backends'?)"),  # part of an id
+    ("fp8", " (did you mean 'fp8-matmul'?)"),
+    ("nonexistent", "; `gpudoctor scan --list-probes` lists them"),
+])
+def test_unknown_probe_names_the_id_or_where_they_are_listed(name, hint):
+    result = scan("--skip", name)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"gpudoctor: unknown probe {name!r}{hint}"
     assert result.stdout == ""
 
 

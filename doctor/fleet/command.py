@@ -71,7 +71,7 @@ def merge(
     """Merge node reports: missing nodes, drift between nodes, slow GPUs."""
     from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files
 
-    outputs = plan_outputs(fmt, output)
+    outputs = plan_outputs(fmt, output, inputs=reports)
     options = MergeOptions(straggler_fraction=straggler_fraction, expect_fraction=expect_fraction,
                            redact=not no_redact)
     try:

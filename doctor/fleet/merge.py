@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gpudoctor
 from gpudoctor.fleet import nodelist
 from gpudoctor.fleet.model import (
-    ERROR, FLEET_KIND, WARNING, Culprit, FleetFinding, FleetReport, KINDS, NodeSummary,
+    ERROR, FLEET_KIND, WARNING, Culprit, FleetFinding, FleetReport, KINDS, NodeSummary, plural,
 )
 
 MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
@@ -1063,7 +1063,7 @@ def merge_members(
         redacted=options.redact,
     )
     if job["node_list"] and options.redact:
-        report.job["node_list"] = f"{len(job['expanded'] or [])} nodes (names redacted)"
+        report.job["node_list"] = f"{plural(len(job['expanded'] or []), 'node')} (names redacted)"
     report.duration_s = time.monotonic() - started
     return report, nodes
 

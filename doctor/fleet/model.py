@@ -147,12 +147,13 @@ class FleetReport:
     def verdict(self) -> str:
         """One line: healthy, or the first thing to fix."""
         expected = self.job.get("expected_nodes")
-        nodes = f"{len(self.nodes)} of {expected} nodes" if expected else f"{len(self.nodes)} nodes"
+        nodes = f"{len(self.nodes)} of {plural(expected, 'node')}" if expected else plural(len(self.nodes), "node")
         c = self.counts()
         if not self.findings:
-            return f"healthy: {nodes} reported, {c['gpus']} GPUs, nothing differs"
+            return f"healthy: {nodes} reported, {plural(c['gpus'], 'GPU')}, nothing differs"
         first = self.errors[0] if self.errors else self.findings[0]
-        head = f"{c['errors']} errors, {c['warnings']} warnings" if c["errors"] else f"{c['warnings']} warnings"
+        warnings = plural(c["warnings"], "warning")
+        head = f"{plural(c['errors'], 'error')}, {warnings}" if c["errors"] else warnings
         return f"{head} across {nodes}; first: {first.summary}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,3 +174,8 @@ class FleetReport:
             "stragglers": self.stragglers,
             "collectives": self.collectives,
         }
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 node`, `2 nodes`: a verdict line reads as a sentence."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

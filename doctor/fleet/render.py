@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudoctor.fleet.model import plural
 from gpudoctor.reports import markdown as md
 from gpudoctor.safetext import as_text
 
@@ -54,13 +55,13 @@ def _job_line(data: dict[str, Any]) -> str:
     if job.get("launcher"):
         parts.append(str(job["launcher"]) + (f" job {job['job_id']}" if job.get("job_id") else ""))
     if job.get("expected_nodes"):
-        parts.append(f"{job['expected_nodes']} nodes expected")
+        parts.append(f"{plural(job['expected_nodes'], 'node')} expected")
     if job.get("expected_ranks"):
-        parts.append(f"{job['expected_ranks']} ranks expected")
+        parts.append(f"{plural(job['expected_ranks'], 'rank')} expected")
     if job.get("node_list"):
         parts.append(f"node list {job['node_list']}")
     inputs = data.get("inputs") or {}
-    parts.append(f"{inputs.get('reports', 0)} reports read" + (f", {inputs['unreadable']} unreadable" if inputs.get("unreadable") else ""))
+    parts.append(f"{plural(inputs.get('reports', 0), 'report')} read" + (f", {inputs['unreadable']} unreadable" if inputs.get("unreadable") else ""))
     return "; ".join(parts)
 
 

@@ -149,13 +149,16 @@ def _ready(store: Any, plan: dict[str, Any], ok: bool, emit: Emit) -> bool:
     """The set-up barrier: no rank starts measuring until every rank has its process group and
     subgroups. Without it a rank that fails early in the first collective (a crash) breaks the
     connections a slower rank is still making for its groups, and the slower rank is blamed for
-    never entering. Every rank says `ready/<rank>` = ok or failed; a rank whose set-up failed
-    reported why in its own `init` event, so the others stop without measuring."""
+    never entering. Every rank says `ready/<rank>` = ok or failed and waits for the others (a rank
+    whose set-up failed too, so that its connections stay open until they are done); a rank whose
+    set-up failed reported why in its own `init` event, and the others stop without measuring."""
     prefix = plan["prefix"]
     store.set(f"{prefix}ready/{plan['rank']}", "ok" if ok else "failed")
-    if not ok:
-        return False
     pending, dead, waited = _wait_all(store, plan, "ready", float(plan["setup_timeout"]))
+    if not ok:
+        # Waited all the same: leaving at once would close connections that other ranks are
+        # still making to this one, and their set-up would fail because of this rank.
+        return False
     failed = [r for r in range(plan["world_size"])
               if r not in pending and store.check([f"{prefix}ready/{r}"]) and store.get(f"{prefix}ready/{r}") == b"failed"]
     if pending or failed:
@@ -340,8 +343,9 @@ class _Worker:
                     entered = time.monotonic()
                     step_deadline = entered + float(plan["collective_timeout"]) + float(plan["grace_s"])
                     continue
-                if event.get("status") == "ok" and event.get("step") in ("arrival", "init"):
-                    # set-up, then the barrier after it: each gets the set-up timeout
+                if (event.get("step") == "arrival" and event.get("status") == "ok") or event.get("step") == "init":
+                    # set-up, then the barrier after it (a failed rank waits there too): each gets
+                    # the set-up timeout
                     step = "init" if event["step"] == "arrival" else "ready"
                     entered = time.monotonic()
                     step_deadline = entered + float(plan["setup_timeout"]) + float(plan["grace_s"])

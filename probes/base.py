@@ -91,6 +91,13 @@ def skipped(reason: str, **details: Any) -> Outcome:
     return Outcome(Status.SKIPPED, reason, dict(details))
 
 
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """`1 conversion`, `3 conversions`, `no syncs`: a probe's summary reads as a sentence."""
+    if count == 0:
+        return f"no {plural or singular + 's'}"
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
+
+
 # CUDA runtime errors after which the context is unusable ("sticky"): every later call in the
 # process returns the same error, `cudaFree` (so `torch.cuda.empty_cache()`) included. The texts are
 # cudaGetErrorString's for cudaErrorIllegalAddress, MisalignedAddress, Assert, LaunchFailure,

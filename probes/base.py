@@ -46,20 +46,26 @@ class ProbeSpec:
 @dataclass(frozen=True)
 class Finding:
     """One diagnosed problem: a knowledge-base id, a one-line cause, and the evidence for it
-    (exact exception texts, shapes, dtypes, strides, backends)."""
+    (exact exception texts, shapes, dtypes, strides, backends). `steps`, when the probe knows
+    which of the entry's causes this is, are the fix for this machine: shown instead of the
+    entry's generic list, which `gpudoctor explain` still prints whole."""
 
     kb_id: str
     summary: str
     evidence: tuple[str, ...] = ()
     severity: str = "error"  # "error" or "warning"
+    steps: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kb_id": self.kb_id,
             "summary": self.summary,
             "evidence": list(self.evidence),
             "severity": self.severity,
         }
+        if self.steps:  # schema 1.2; absent rather than empty, so other findings read as before
+            out["steps"] = list(self.steps)
+        return out
 
 
 @dataclass

@@ -184,7 +184,12 @@ def _finding(raw: Any, problems: list[str]) -> dict[str, Any] | None:
     if severity not in SEVERITIES:
         problems.append(f"a finding's severity {cut(repr(severity), 40)} is not error or warning")
         severity = "error"
-    return {"kb_id": kb_id, "summary": summary, "evidence": evidence, "severity": severity}
+    steps_raw = raw.get("steps") or []
+    if not isinstance(steps_raw, list):
+        problems.append("a finding's steps were not a list")
+        steps_raw = []
+    steps = tuple(_text(s, TEXT_MAX, problems, "a step") for s in steps_raw[:EVIDENCE_MAX])
+    return {"kb_id": kb_id, "summary": summary, "evidence": evidence, "severity": severity, "steps": steps}
 
 
 def result_fields(event: dict[str, Any]) -> dict[str, Any]:

@@ -1040,7 +1040,8 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals
             fields.setdefault("details", {})
             fields.pop("device", None)
             findings = [f if isinstance(f, Finding) else Finding(f["kb_id"], f["summary"], tuple(f["evidence"]),
-                                                                  f["severity"]) for f in fields.pop("findings", [])]
+                                                                  f["severity"], tuple(f.get("steps") or ()))
+                        for f in fields.pop("findings", [])]
             result = ProbeResult(probe=entry["id"], title=entry["title"],
                                  device=device, findings=findings, **fields)
             scan.results[task.order] = result

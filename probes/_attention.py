@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from gpudoctor.probes.base import error_text
+from gpudoctor.probes.base import counted, error_text
 
 # TORCH_WARN appends the C++ location; it differs between builds and says nothing to a user.
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
@@ -210,3 +210,15 @@ def reference_attention(torch: Any, q: Any, k: Any, v: Any, *, causal: bool = Fa
         else:
             scores = scores + attn_mask.double()
     return scores.softmax(dim=-1) @ v
+
+
+def forced_sentence(ok: int, refused: int, mismatch: int, error: int) -> str:
+    """What forcing each backend (or operator) in turn gave, in words: `39 of 84 runs match the
+    reference, 45 are declined as unsupported for their input, no wrong results, no errors`."""
+    total = ok + refused + mismatch + error
+    parts = [f"{ok} of {counted(total, 'run')} {'matches' if ok == 1 else 'match'} the reference"]
+    if refused:
+        parts.append(f"{refused} {'is' if refused == 1 else 'are'} declined as unsupported for "
+                     f"{'its' if refused == 1 else 'their'} input")
+    parts += [counted(mismatch, "wrong result"), counted(error, "error")]
+    return ", ".join(parts)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from gpudoctor import fatbin
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, counted, error_text
 
 SPEC = ProbeSpec(
     id="arch-compat",
@@ -387,7 +387,8 @@ def run(ctx: ProbeContext) -> Outcome:
         parts = [f"torch carries {fatbin.describe_targets(torch_targets)}" if torch_targets
                  else (arch_reason or "torch's arch list is empty")]
         readable = len(libraries) - len(unreadable)
-        parts.append(f"{readable} CUDA binaries listed among {scan.examined} shared objects read")
+        parts.append(f"{counted(scan.examined, 'shared library', 'shared libraries')} read, "
+                     f"{readable or 'none'} with CUDA code")
         if unreadable:
             parts.append(f"{len(unreadable)} could not be read")
         reason = f"no CUDA device to compare against on {ctx.device}; " + "; ".join(parts)

@@ -231,8 +231,8 @@ def _run(ctx: ProbeContext) -> Outcome:
             ))
     if mismatched:
         status = Status.FAIL
-    summary = (f"naive attention grows as N^{exponents['naive']:.2f} (x{ratios.get('naive', 0):.1f} per "
-               f"doubling), SDPA as N^{exponents['sdpa']:.2f}")
+    summary = (f"peak memory of naive attention grows as N^{exponents['naive']:.2f} in the sequence length N "
+               f"(x{ratios.get('naive', 0):.1f} each time N doubles), SDPA's as N^{exponents['sdpa']:.2f}")
     if shape is not None:
         summary += f"; attn_shape score matrix {details['prediction']['score_matrix']}, " + (
             "naive path fits" if details["prediction"]["fits"] else "naive path does NOT fit")

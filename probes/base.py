@@ -46,20 +46,26 @@ class ProbeSpec:
 @dataclass(frozen=True)
 class Finding:
     """One diagnosed problem: a knowledge-base id, a one-line cause, and the evidence for it
-    (exact exception texts, shapes, dtypes, strides, backends)."""
+    (exact exception texts, shapes, dtypes, strides, backends). `steps`, when the probe knows
+    which of the entry's causes this is, are the fix for this machine: shown instead of the
+    entry's generic list, which `gpudoctor explain` still prints whole."""
 
     kb_id: str
     summary: str
     evidence: tuple[str, ...] = ()
     severity: str = "error"  # "error" or "warning"
+    steps: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kb_id": self.kb_id,
             "summary": self.summary,
             "evidence": list(self.evidence),
             "severity": self.severity,
         }
+        if self.steps:  # schema 1.2; absent rather than empty, so other findings read as before
+            out["steps"] = list(self.steps)
+        return out
 
 
 @dataclass
@@ -89,6 +95,13 @@ def skipped(reason: str, **details: Any) -> Outcome:
     if not reason:
         raise ValueError("a skip must carry its reason")
     return Outcome(Status.SKIPPED, reason, dict(details))
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """`1 conversion`, `3 conversions`, `no syncs`: a probe's summary reads as a sentence."""
+    if count == 0:
+        return f"no {plural or singular + 's'}"
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
 
 
 # CUDA runtime errors after which the context is unusable ("sticky"): every later call in the

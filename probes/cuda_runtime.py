@@ -95,6 +95,54 @@ def why_unavailable(torch: Any) -> tuple[str, list[str], list[str]]:
     return "", "", evidence
 
 
+DRIVER_FILE = "/proc/driver/nvidia/version"  # present while the NVIDIA kernel module is loaded (Linux)
+WHEEL_INDEX = "https://download.pytorch.org/whl"
+
+
+def driver_version(path: str | None = None) -> str | None:
+    """The loaded NVIDIA kernel driver's version ("570.86.15"), "" when loaded but unreadable, None
+    when no NVIDIA driver is loaded (or this is not Linux)."""
+    import re
+
+    try:
+        with open(path or DRIVER_FILE, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(4096)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    m = re.search(r"Kernel Module(?: for [^\s]+)?\s+(\d+(?:\.\d+)+)", text)
+    return m.group(1) if m else ""
+
+
+def fix_steps(torch: Any, reason: str, driver: str | None) -> tuple[str, ...]:
+    """The steps that fit what `why_unavailable` found, most relevant first: a CPU-only build wants
+    a CUDA build of the same torch, no driver wants the driver, a driver that is loaded but fails
+    to initialise is the suspend/resume (nvidia_uvm) or container case. The entry's full list
+    stays in `gpudoctor explain cuda-unavailable`."""
+    steps: list[str] = []
+    version = str(torch.__version__).split("+")[0]
+    no_driver = driver is None or "found no nvidia driver" in reason.lower()
+    if getattr(torch.version, "cuda", None) is None and not getattr(torch.version, "hip", None):
+        steps.append(
+            f"torch {torch.__version__} is a CPU-only build: install the CUDA build of the same version, "
+            f"`pip install torch=={version} --index-url {WHEEL_INDEX}/cu128`, choosing the cuXXX that "
+            + (f"driver {driver} supports" if driver else "the driver supports")
+            + " (nvidia-smi shows the highest CUDA version it runs; https://pytorch.org/get-started/locally/)")
+    if no_driver:
+        steps.append(f"no NVIDIA driver is loaded here ({DRIVER_FILE} is missing): on a machine with an "
+                      "NVIDIA GPU install the driver until `nvidia-smi` works; in a container start it with "
+                      "`--gpus all` and the NVIDIA Container Toolkit")
+    elif "cuda_visible_devices" in reason.lower():
+        steps.append("unset CUDA_VISIBLE_DEVICES or set indices that exist (nvidia-smi -L lists them), in the "
+                     "shell before Python starts")
+    elif getattr(torch.version, "cuda", None) is not None:
+        steps.append(f"the NVIDIA driver {driver or ''} is loaded but CUDA does not initialise: after "
+                     "suspend/resume or a driver update reload the UVM module (`sudo rmmod nvidia_uvm && sudo "
+                     "modprobe nvidia_uvm`) or reboot; in a container check that /dev/nvidia-uvm is present")
+    return tuple(" ".join(s.split()) for s in steps)
+
+
 def run_steps(torch: Any, device: str, n: int = 1 << 20) -> dict[str, Any]:
     """Context, allocation, launch, synchronise, free on `device`, each timed in milliseconds.
     The kernel is arange + sum, whose exact result is known, so a silent wrong answer shows."""
@@ -157,13 +205,17 @@ def _run(ctx: ProbeContext) -> Outcome:
         if not kb_id:
             # CUDA works, yet the worker handed us a non-CUDA device: nothing here to judge.
             return skipped(f"device {ctx.device} is not a CUDA device", requested_device=requested, **env)
-        details = {"requested_device": requested, **env}
+        driver = driver_version()
+        details = {"requested_device": requested, "nvidia_driver": driver, **env}
+        evidence.append(f"NVIDIA driver {driver}" if driver else
+                        f"{DRIVER_FILE}: " + ("missing (no NVIDIA driver loaded)" if driver is None else "unreadable"))
+        steps = fix_steps(torch, reason, driver) if kb_id == "cuda-unavailable" else ()
         if explicit_cuda:
             return Outcome(Status.FAIL, f"CUDA is unusable: {reason}", details,
-                           [Finding(kb_id, reason, tuple(evidence))])
+                           [Finding(kb_id, reason, tuple(evidence), steps=steps)])
         # `auto`: the scan ran on the CPU instead; worth knowing, not an error of this machine.
         return Outcome(Status.WARN, f"CUDA is unusable, the scan ran on {ctx.device}: {reason}", details,
-                       [Finding(kb_id, reason, tuple(evidence), severity="warning")])
+                       [Finding(kb_id, reason, tuple(evidence), severity="warning", steps=steps)])
 
     details: dict[str, Any] = {"requested_device": requested, **env}
     with att.capture() as said:

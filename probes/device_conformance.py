@@ -356,8 +356,9 @@ def run(ctx: ProbeContext) -> Outcome:
     if not failed:
         return Outcome(
             Status.PASS,
-            f"{len(results)} conformance checks match the CPU on {ctx.device} "
-            f"(min data_ptr alignment {details['min_alignment_bytes']} bytes)",
+            (f"all {len(results)} checks of tensor behaviour on {ctx.device} agree with the CPU"
+             if ctx.device != "cpu" else f"all {len(results)} checks of tensor behaviour pass on the CPU")
+            + f" (smallest data_ptr alignment {details['min_alignment_bytes']} bytes)",
             details,
         )
     findings = [

@@ -254,7 +254,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     # torch.compile rejects it ("accepted"), is how this torch behaves: details, not findings.
     broken = [c for c in cases if c["rule"] and c["verdict"] in ("wrong", "poisons")]
     rules = [c for c in cases if c["rule"]]
-    summary += "; " + ", ".join(f"{n} {v}" for v, n in sorted(_tally(rules).items()))
+    summary += "; " + _rules_sentence(rules, ctx.device)
     if broken:
         status = Status.WARN
         findings.append(
@@ -270,6 +270,37 @@ def _run(ctx: ProbeContext) -> Outcome:
     if poisoned:
         summary += f"; the CUDA context was poisoned: {poisoned}"
     return Outcome(status, summary, details, findings)
+
+
+# How each verdict reads in the summary: (singular, plural), after the count.
+_VERDICT_WORDS = {
+    "enforced": ("is refused with a clear error", "are refused with a clear error"),
+    "cryptic": ("is refused with a bare cuBLASLt or CUDA status (no word about FP8)",
+                "are refused with a bare cuBLASLt or CUDA status (no word about FP8)"),
+    "wrong": ("gives silently wrong numbers", "give silently wrong numbers"),
+    "poisons": ("breaks the CUDA context until the process restarts",
+                "break the CUDA context until the process restarts"),
+    "accepted": ("runs on {device} although torch.compile refuses it",
+                 "run on {device} although torch.compile refuses them"),
+    "tolerated": ("runs on {device} and under torch.compile", "run on {device} and under torch.compile"),
+    "runs-eagerly": ("runs on {device} (torch.compile's stricter check not tried)",
+                     "run on {device} (torch.compile's stricter check not tried)"),
+    "documented": ("returns a float8 result as documented (no out_dtype)",
+                   "return a float8 result as documented (no out_dtype)"),
+    "not-run": ("was not run", "were not run"),
+}
+
+
+def _rules_sentence(rules: list[dict[str, Any]], device: str) -> str:
+    """`of 8 layout rules broken on purpose, 6 run on cpu ... and 1 is refused with a clear
+    error`: the tally in words a PyTorch user reads without the verdict names of the details."""
+    parts = []
+    for verdict, n in sorted(_tally(rules).items(), key=lambda item: (-item[1], item[0])):
+        one, many = _VERDICT_WORDS.get(verdict, (verdict, verdict))
+        parts.append(f"{n} {(one if n == 1 else many).format(device=device)}")
+    what = "layout rule" if len(rules) == 1 else "layout rules"
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"of {len(rules)} {what} broken on purpose, {listed}"
 
 
 def _tally(rules: list[dict[str, Any]]) -> dict[str, int]:

@@ -34,6 +34,7 @@ from gpudoctor.probes.base import (
     ProbeContext,
     ProbeSpec,
     Status,
+    counted,
     error_text,
     is_sticky_cuda_error,
 )
@@ -329,7 +330,7 @@ def recommend(cells: list[dict[str, Any]]) -> tuple[str, str]:
     dtypes = "/".join(sorted({c["dtype"] for c in cells})) or "no"
     fused = [b for b in BACKENDS if b != "MATH" and scores[b] > 0]
     best = max(fused, key=lambda b: (scores[b], -BACKENDS.index(b))) if fused else "MATH"
-    return best, f"ok on {scores[best]}/{total} {dtypes} cases"
+    return best, f"works on {scores[best]} of {total} {dtypes} cases"
 
 
 def _not_run(backend: str, dname: str, case: Case, why: str) -> dict[str, Any]:
@@ -478,16 +479,18 @@ def _run(ctx: ProbeContext) -> Outcome:
         details["context_poisoned"] = poisoned
     if freed:
         details["empty_cache_error"] = freed
-    summary = (f"default path: {sum(1 for c in default_cells if c['status'] == 'ok')}/{len(default_cells)} "
-               f"ok; forced: {counts['ok']} ok, {counts['refused'] + counts['unavailable']} refused, "
-               f"{counts['mismatch']} mismatched, {counts['error']} errors; "
-               f"recommended backend {best} ({why_best})")
+    summary = (f"SDPA's own choice of backend works on {sum(1 for c in default_cells if c['status'] == 'ok')} "
+               f"of {len(default_cells)} cases; forcing each backend in turn, "
+               + att.forced_sentence(counts["ok"], counts["refused"] + counts["unavailable"], counts["mismatch"],
+                                     counts["error"])
+               + f"; recommended backend {best} ({why_best})")
     if failed_default or poisoned:
         status = Status.FAIL
     elif forced_broken or fallbacks:
         status = Status.WARN
         if forced_broken:
-            summary += f"; {len(forced_broken)} forced non-default cells failed"
+            summary += (f"; {counted(len(forced_broken), 'forced run')} of backends SDPA does not pick "
+                        f"here {'fails' if len(forced_broken) == 1 else 'fail'}")
     else:
         status = Status.PASS
     return Outcome(status, summary, details, findings)

@@ -22,7 +22,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-from gpudoctor.probes.base import Outcome, ProbeContext, ProbeSpec, Status
+from gpudoctor.probes.base import Outcome, ProbeContext, ProbeSpec, Status, counted
 
 SPEC = ProbeSpec(
     id="shape-sync",
@@ -168,14 +168,17 @@ def run(ctx: ProbeContext) -> Outcome:
 
     syncs = {n: v.get("syncs", 0) for n, v in variants.items()}
     # Counts only: the summary must read the same on an idle and on a loaded machine.
+    arith, each = variants["tensor-arithmetic"], variants["int-each"]
+
+    def synced(name: str) -> str:
+        return f" ({counted(syncs[name], 'GPU sync')})" if cuda else ""
+
     numbers = (
-        f"tensor arithmetic {variants['tensor-arithmetic']['tensor_ops']} ops + "
-        f"{variants['tensor-arithmetic']['host_conversions']} int conversions"
-        + (f" ({syncs['tensor-arithmetic']} syncs)" if cuda else "")
-        + f", int each {variants['int-each']['host_conversions']} int conversions"
-        + (f" ({syncs['int-each']} syncs)" if cuda else "")
-        + f", python ints {base['tensor_ops'] + base['host_conversions']} torch calls"
-        + (f" ({syncs['python-ints']} syncs)" if cuda else "")
+        f"multiplying them takes {counted(arith['tensor_ops'], 'tensor operation')} and "
+        f"{counted(arith['host_conversions'], 'conversion')} to int{synced('tensor-arithmetic')}; "
+        f"calling int() on each first takes {counted(each['host_conversions'], 'conversion')}"
+        f"{synced('int-each')}; plain Python ints (x.shape[i]) take "
+        f"{counted(base['tensor_ops'] + base['host_conversions'], 'torch call')}{synced('python-ints')}"
     )
     details["timing"] = (
         f"per call: tensor arithmetic {variants['tensor-arithmetic']['per_call_us']:.1f} us, int each "
@@ -193,4 +196,5 @@ def run(ctx: ProbeContext) -> Outcome:
         )
     # Always the same on a healthy device (int() on a device tensor syncs by definition): a
     # measurement for the reader, not something wrong with this machine.
-    return Outcome(Status.PASS, f"shape values as {ctx.device} tensors: {numbers}", details)
+    return Outcome(Status.PASS, f"a token count from shape values held as {ctx.device} tensors: {numbers}",
+                   details)

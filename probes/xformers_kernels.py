@@ -27,6 +27,7 @@ from gpudoctor.probes.base import (
     ProbeContext,
     ProbeSpec,
     Status,
+    counted,
     error_text,
     is_sticky_cuda_error,
     skipped,
@@ -295,9 +296,10 @@ def _run(ctx: ProbeContext) -> Outcome:
     if (not ctx.is_cuda and not findings and counts["ok"] == 0 and not counts["error"]
             and not counts["mismatch"] and not any(c["status"] == "ok" for c in defaults)):
         return skipped(f"xformers {version} has no operator for device {ctx.device}", **details)
-    summary = (f"xformers {version}: dispatcher {sum(1 for c in defaults if c['status'] == 'ok')}/"
-               f"{len(defaults)} ok; {len(operators)} operators forced: {counts['ok']} ok, "
-               f"{counts['refused']} refused, {counts['mismatch']} mismatched, {counts['error']} errors")
+    summary = (f"xformers {version}: its own choice of operator works on "
+               f"{sum(1 for c in defaults if c['status'] == 'ok')} of {len(defaults)} cases; forcing each of "
+               f"its {counted(len(operators), 'operator')} in turn, "
+               + att.forced_sentence(counts["ok"], counts["refused"], counts["mismatch"], counts["error"]))
     if default_failed or poisoned or any(f.severity == "error" for f in findings):
         status = Status.FAIL
     elif forced_failed:

@@ -250,6 +250,8 @@ def check_structure(data: dict[str, Any]) -> None:
             evidence = f.get("evidence", [])
             _expect(isinstance(evidence, list) and all(isinstance(e, str) for e in evidence), f"{fat}.evidence", "not a list of strings")
             _expect(f.get("severity", "error") in SEVERITIES, f"{fat}.severity", "must be error or warning")
+            steps = f.get("steps", [])
+            _expect(isinstance(steps, list) and all(isinstance(s, str) for s in steps), f"{fat}.steps", "not a list of strings")
     check_environment(data["environment"])
     summary = data.get("summary")
     if summary is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpudoctor.probes.base import Finding, Status
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"  # 1.2: a finding's optional `steps`
 READABLE_MAJOR = 1
 
 # Statuses that mean "findings exist": `gpudoctor scan` exits 1 when any result has one of them.
@@ -126,7 +126,8 @@ def report_from_dict(data: Any) -> Report:
                 details=r.get("details") if isinstance(r.get("details"), dict) else {},
                 findings=[
                     Finding(str(f["kb_id"]), str(f.get("summary") or ""),
-                            tuple(str(e) for e in _list(f, "evidence")), str(f.get("severity") or "error"))
+                            tuple(str(e) for e in _list(f, "evidence")), str(f.get("severity") or "error"),
+                            tuple(str(s) for s in _list(f, "steps")))
                     for f in _list(r, "findings")
                 ],
                 exit_code=r.get("exit_code") if isinstance(r.get("exit_code"), int) else None,

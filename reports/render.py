@@ -470,6 +470,8 @@ def _finding_line(say: Callable[..., None], wrapped: Callable[..., None], result
     summary = one_line(finding.summary)
     say(("  ", ""), (f"{severity:<{label_w}}", "bold red" if severity == "error" else "bold yellow"),
         (kb_id, "bold"), "  ", summary if verbose else fit(summary, room))
+    if finding.steps and not verbose:  # the step for this machine first; -v shows them all
+        wrapped(one_line(finding.steps[0]), 2 + label_w)
     say((f"gpudoctor explain {kb_id}", "dim"), indent=2 + label_w)
     if verbose:
         _finding_details(say, wrapped, result, finding, kb(finding.kb_id), 2 + label_w)
@@ -484,8 +486,12 @@ def _finding_details(say: Callable[..., None], wrapped: Callable[..., None], res
         say(("No knowledge-base entry loaded for this id.", "dim"), indent=indent)
         return
     say((str(entry.title), "bold"), indent=indent)
-    for n, step in enumerate(entry.fix, 1):
+    # A probe that knows which cause this is gives the steps for this machine; the entry's list
+    # covers every cause (some impossible here) and stays one command away.
+    for n, step in enumerate(getattr(finding, "steps", ()) or entry.fix, 1):
         wrapped(str(step), indent, f"{n}) ")
+    if getattr(finding, "steps", ()):
+        say((f"every cause and fix: gpudoctor explain {one_line(finding.kb_id, 100)}", "dim"), indent=indent)
     patch = str(getattr(entry, "patch", "") or "")
     if patch:
         lang = getattr(entry, "patch_lang", None) or "text"
@@ -553,7 +559,7 @@ def render_markdown(report: Report, *, kb: KbLookup | None = None) -> str:
             out += ["", f"Details: {md.code_span('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
             continue
         out += ["", f"**{md.prose(entry.title)}**", ""]
-        out += [f"{i}. {md.prose(step)}" for i, step in enumerate(entry.fix, 1)]
+        out += [f"{i}. {md.prose(step)}" for i, step in enumerate(finding.steps or entry.fix, 1)]
         if entry.patch:
             out += ["", md.fence(entry.patch, entry.patch_lang or "")]
         out += ["", f"Details: {md.code_span('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]

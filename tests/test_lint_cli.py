@@ -309,3 +309,41 @@ def test_lint_never_imports_torch(tmp_path):
     p.write_text(BUGGY)
     mods = _modules_after(["lint", str(p), "-q"])
     assert "gpudoctor.lint.pyflow" in mods and "torch" not in mods
+
+
+# --- -o never replaces a file lint reads ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["walked", "excluded", "cpp", "named", "hardlink"])
+def test_output_that_is_a_linted_source_is_refused(tmp_path, monkeypatch, how):
+    """`gpudoctor lint . -o model.py` would replace the user's code with the report: one line,
+    exit 2, every file as it was (with --fix too: nothing is fixed before the refusal)."""
+    (tmp_path / "model.py").write_text(BUGGY)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "site.py").write_text(CLEAN)
+    (tmp_path / "k.cu").write_text("__global__ void k() {}\n")
+    target = {"walked": "model.py", "excluded": os.path.join(".venv", "site.py"), "cpp": "k.cu",
+              "named": "model.py", "hardlink": "notes.txt"}[how]
+    if how == "hardlink":
+        os.link(tmp_path / "model.py", tmp_path / "notes.txt")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    linted = "./model.py" if how == "named" else "."
+    r = invoke(linted, "--fix", "-o", target)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"-o {target}:" in r.stderr and "never overwrites what it reads" in r.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_output_beside_linted_sources_is_written(tmp_path, monkeypatch):
+    """What is refused is a source file, not the folder: a report file (new or old, of a kind lint
+    does not read) in the linted folder is written as asked."""
+    (tmp_path / "model.py").write_text(BUGGY)
+    (tmp_path / "old.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    for target in ("lint.txt", "old.json"):
+        r = invoke(".", "-o", target, "-q")
+        assert r.exit_code == 1, r.output
+        assert "GPU003" in (tmp_path / target).read_text()
+    assert (tmp_path / "model.py").read_text() == BUGGY

@@ -2,6 +2,8 @@
 CUDA_VISIBLE_DEVICES check, the timed workload on the CPU, and the verdicts a CPU-only torch gets."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -110,3 +112,74 @@ def test_gpu_runtime_passes():
     out = cuda_runtime.run(ProbeContext(torch=torch, device="cuda:0", options={"requested_device": "cuda:0"}))
     assert out.status is Status.PASS and out.findings == [], out.summary
     assert out.details["correct"] and "context" in out.details["steps_ms"]
+
+
+def _fake_torch(cuda_version, error=None, version="2.8.0+cu128"):
+    def init():
+        if error:
+            raise RuntimeError(error)
+
+    fake_version = type("V", (), {"cuda": cuda_version, "hip": None})
+    fake_cuda = type("C", (), {"is_available": staticmethod(lambda: False),
+                               "device_count": staticmethod(lambda: 0), "init": staticmethod(init)})
+    return type("T", (), {"version": fake_version, "cuda": fake_cuda, "__version__": version})
+
+
+def _unavailable(monkeypatch, tmp_path, fake_torch, driver_text):
+    """The probe's finding under `--device cuda:0` on a machine whose /proc driver file says
+    `driver_text` (None: no driver loaded)."""
+    path = tmp_path / "version"
+    if driver_text is not None:
+        path.write_text(driver_text)
+    monkeypatch.setattr(cuda_runtime, "DRIVER_FILE", str(path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = cuda_runtime.run(ProbeContext(torch=fake_torch, device="cpu", options={"requested_device": "cuda:0"}))
+    assert out.status is Status.FAIL
+    [finding] = out.findings
+    assert finding.kb_id == "cuda-unavailable"
+    return finding
+
+
+DRIVER = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025\nGCC version: gcc 12\n"
+
+
+def test_cpu_only_build_without_a_driver_leads_with_the_cuda_build(monkeypatch, tmp_path):
+    """The reviewer's machine: a CPU-only torch and no NVIDIA driver. The steps are the CUDA build of
+    the same torch (with the index to install it from) and the driver; nothing about nvidia_uvm."""
+    finding = _unavailable(monkeypatch, tmp_path, _fake_torch(None, version="2.13.0+cpu"), None)
+    first, second = finding.steps
+    assert "CPU-only build" in first and "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu" in first
+    assert "install the driver" in second
+    assert not any("nvidia_uvm" in s for s in finding.steps)
+    assert any("missing" in e for e in finding.evidence)
+
+
+def test_cpu_only_build_with_a_driver_names_it(monkeypatch, tmp_path):
+    finding = _unavailable(monkeypatch, tmp_path, _fake_torch(None, version="2.13.0+cpu"), DRIVER)
+    assert len(finding.steps) == 1 and "driver 570.86.15 supports" in finding.steps[0]
+
+
+def test_cuda_build_without_a_driver_wants_the_driver(monkeypatch, tmp_path):
+    finding = _unavailable(monkeypatch, tmp_path, _fake_torch("12.8", "Found no NVIDIA driver on your system."), None)
+    assert len(finding.steps) == 1 and "install the driver" in finding.steps[0]
+
+
+def test_driver_loaded_but_init_failing_is_the_uvm_case(monkeypatch, tmp_path):
+    finding = _unavailable(monkeypatch, tmp_path, _fake_torch("12.8", "CUDA unknown error - this may be due to an "
+                                                              "incorrectly set up environment"), DRIVER)
+    assert len(finding.steps) == 1 and "nvidia_uvm" in finding.steps[0] and "570.86.15" in finding.steps[0]
+
+
+def test_the_steps_replace_the_entrys_generic_list_in_the_report(monkeypatch, tmp_path):
+    """Rendered (-v and Markdown) the finding's own steps stand where the entry's list would, and
+    survive the JSON round trip and its schema."""
+    from gpudoctor.reports import render
+    from gpudoctor.reports.model import ProbeResult, Report, report_from_dict
+
+    finding = _unavailable(monkeypatch, tmp_path, _fake_torch(None, version="2.13.0+cpu"), None)
+    report = Report(results=[ProbeResult(probe="cuda-runtime", title="t", status=Status.FAIL, summary="s",
+                                         duration_s=0.1, device=None, findings=[finding])])
+    again = report_from_dict(json.loads(render.render_json(report)))
+    assert again.results[0].findings[0].steps == finding.steps
+    md = render.render_markdown(again)
+    assert "1. torch 2.13.0+cpu is a CPU-only build" in md and "nvidia_uvm" not in md

@@ -117,7 +117,23 @@ def test_cpu_scan_has_no_findings_for_cuda_only_rules(cpu_outcome):
     accepted = [c["case"] for c in cpu_outcome.details["cases"] if c.get("verdict") == "accepted"]
     assert accepted  # the facts are still recorded
     assert cpu_outcome.status is Status.PASS and cpu_outcome.findings == []
-    assert "accepted" in cpu_outcome.summary
+    assert "although torch.compile refuses" in cpu_outcome.summary
+
+
+def test_summary_tallies_the_rules_in_plain_words():
+    """The summary a user reads on a healthy scan names what happened, not the details' verdict
+    keys (`runs-eagerly`, `documented`, `cryptic`), with singular and plural right."""
+    rules = [{"verdict": v} for v in ("runs-eagerly", "runs-eagerly", "documented", "enforced", "cryptic",
+                                      "cryptic", "cryptic", "wrong")]
+    text = fp8_matmul._rules_sentence(rules, "cuda:0")
+    assert text == ("of 8 layout rules broken on purpose, 3 are refused with a bare cuBLASLt or CUDA status "
+                    "(no word about FP8), 2 run on cuda:0 (torch.compile's stricter check not tried), "
+                    "1 returns a float8 result as documented (no out_dtype), 1 is refused with a clear error "
+                    "and 1 gives silently wrong numbers")
+    assert set(fp8_matmul._VERDICT_WORDS) >= {"enforced", "cryptic", "wrong", "accepted", "not-run", "documented",
+                                              "poisons", "tolerated", "runs-eagerly"}
+    one = fp8_matmul._rules_sentence([{"verdict": "accepted"}], "cpu")
+    assert one == "of 1 layout rule broken on purpose, 1 runs on cpu although torch.compile refuses it"
 
 
 def test_only_silently_wrong_or_poisoning_rules_are_findings():

@@ -119,7 +119,7 @@ def test_recommend_prefers_fused_and_priority_and_ignores_fp32():
                             ("float16", "EFFICIENT_ATTENTION", "ok"), ("bfloat16", "EFFICIENT_ATTENTION", "refused"),
                             ("float32", "EFFICIENT_ATTENTION", "ok"), ("float32", "FLASH_ATTENTION", "refused"))]
     best, why = sdpa.recommend(h100)
-    assert best == "FLASH_ATTENTION" and why == "ok on 6/6 bfloat16/float16 cases"
+    assert best == "FLASH_ATTENTION" and why == "works on 6 of 6 bfloat16/float16 cases"
 
 
 @pytest.mark.gpu
@@ -319,3 +319,16 @@ def test_without_sdpa_kernel_the_legacy_flags_force_one_backend(monkeypatch):
     with force(SDPBackend.MATH):
         assert cuda.math_sdp_enabled() and not cuda.flash_sdp_enabled()
     assert cuda.flash_sdp_enabled()  # restored
+
+
+def test_forced_tally_reads_as_a_sentence():
+    from gpudoctor.probes._attention import forced_sentence
+    from gpudoctor.probes.base import counted
+
+    assert forced_sentence(39, 45, 0, 0) == ("39 of 84 runs match the reference, 45 are declined as unsupported "
+                                             "for their input, no wrong results, no errors")
+    assert forced_sentence(1, 1, 1, 1) == ("1 of 4 runs matches the reference, 1 is declined as unsupported for "
+                                           "its input, 1 wrong result, 1 error")
+    assert forced_sentence(2, 0, 0, 3) == "2 of 5 runs match the reference, no wrong results, 3 errors"
+    assert (counted(0, "shared library", "shared libraries"), counted(1, "run"), counted(2, "run")) == \
+        ("no shared libraries", "1 run", "2 runs")

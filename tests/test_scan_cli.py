@@ -151,3 +151,18 @@ def test_a_device_torch_does_not_know_or_lacks_is_a_usage_error():
         [line] = [line for line in result.stderr.splitlines() if "--device" in line]
         assert line == result.stderr.strip().splitlines()[-1]
         assert line.startswith(f"gpudoctor: --device {device}: ") and text in line
+
+
+def test_cuda_device_without_usable_cuda_is_a_diagnosis_as_the_readme_says():
+    """`scan --device cuda:0` on a machine where torch cannot use CUDA: the `cuda-unavailable`
+    finding and exit 1, not a usage error; the README's table of bad input says the same."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is usable here")
+    result = scan("--device", "cuda:0", "--probe", "cuda-runtime", "--format", "json")
+    assert result.exit_code == 1, result.output
+    [res] = json.loads(result.stdout)["results"]
+    assert res["status"] == "fail" and [f["kb_id"] for f in res["findings"]] == ["cuda-unavailable"]
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `--device cuda:0`")]
+    assert len(rows) == 1 and "exit 1" in rows[0] and "`cuda-unavailable`" in rows[0], rows

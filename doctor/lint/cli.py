@@ -67,6 +67,10 @@ def run(opts: Options) -> int:
         except OutputError as exc:
             _err(str(exc))
             return EXIT_ERROR
+        refused = _linted_output(opts.output, opts.paths or ["."], opts.isolated)
+        if refused:
+            _err(refused)
+            return EXIT_ERROR
     started = time.perf_counter()
     try:
         result, by_path, tasks = engine.lint(opts.paths or ["."], _codes(opts.select), _codes(opts.ignore),
@@ -110,6 +114,51 @@ def run(opts: Options) -> int:
     if result.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _linted_output(output: str, paths: list[str], isolated: bool) -> str | None:
+    """Why `-o output` must not be written, or None. `gpudoctor lint . -o model.py` would replace a
+    file it reads with its own report: refused before anything is read or fixed are a named file
+    (any spelling or hard link), an existing source file of a kind lint reads anywhere under a
+    linted folder (walked or excluded alike: it is the user's code), and a hard link to a file the
+    walk lints."""
+    import os
+    import stat
+
+    from gpudoctor.lint import engine
+    from gpudoctor.output import Format, Output, OutputError, check_not_input
+
+    try:
+        st = os.stat(output)
+    except OSError:
+        return None  # a new file overwrites nothing
+    if not stat.S_ISREG(st.st_mode):
+        return None  # /dev/null, a FIFO
+    files = [p for p in paths if not os.path.isdir(p)]
+    try:
+        check_not_input(Output(Format.text, output, "-o"), files)
+    except OutputError as exc:
+        return str(exc)
+    real = os.path.realpath(output)
+    for folder in (p for p in paths if os.path.isdir(p)):
+        root = os.path.realpath(folder)
+        if engine.classify(output) is not None and os.path.commonpath([root, real]) == root:
+            return (f"-o {output}: is a source file under {folder}, which is being linted; gpudoctor never "
+                    "overwrites what it reads: give another path")
+    if st.st_nlink > 1 and len(files) < len(paths):
+        try:
+            planned = engine.discover(paths, None, None, isolated)
+        except ValueError:
+            return None  # the lint itself reports the bad path or configuration
+        for task, _ in planned:
+            try:
+                src = os.stat(task.path)
+            except OSError:
+                continue
+            if (src.st_dev, src.st_ino) == (st.st_dev, st.st_ino):
+                return (f"-o {output}: is the same file as {task.path}, which is being linted; gpudoctor "
+                        "never overwrites what it reads: give another path")
+    return None
 
 
 def _apply_fixes(opts: Options, result, by_path, tasks) -> list[str]:

@@ -415,3 +415,43 @@ def test_merge_into_a_closed_pipe_exits_141_quietly(tmp_path):
     finally:
         os.close(write)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
+
+
+def test_the_same_report_given_twice_is_one_node(tmp_path):
+    # `merge scan.json scan.json`, or a copy of a node's report: one node, and a warning that says so.
+    report = fs.node_report(0, nodes=1)
+    path = tmp_path / "scan.json"
+    path.write_text(json.dumps(report))
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(report))
+    data = merge_files([str(path), str(path), str(copy)], MergeOptions())
+    validate(data)
+    assert [n["name"] for n in data["nodes"]] == ["node-0"]
+    [dup] = by_kind(data, "duplicate-report")
+    assert "given 3 times" in dup["summary"] and "counted once" in dup["summary"]
+    assert [c["node"] for c in dup["culprits"]] == ["node-0"] * 3
+    assert data["inputs"]["reports"] == 3
+    # Two different scans of one machine are not copies.
+    later = json.loads(json.dumps(report))
+    later["created"] = "2026-11-23T09:00:00+00:00"
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    data = merge_files([str(path), str(tmp_path / "later.json")], MergeOptions())
+    assert not [f for f in by_kind(data, "duplicate-report") if "counted once" in f["summary"]]
+
+
+def test_a_long_driver_text_stays_short_in_the_node_table(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    report = fs.node_report(0, nodes=1)
+    report["environment"]["nvml"] = {"available": False, "reason": "NVML: libnvidia-ml.so.1 not found: no NVIDIA driver, "
+                                     "or a container started without the NVIDIA runtime"}
+    data = merged(tmp_path, [report])
+    out = io.StringIO()
+    render.render_terminal(data, Console(file=out, width=100, color_system=None))
+    lines = out.getvalue().splitlines()
+    row = next(i for i, line in enumerate(lines) if line.strip().startswith("node-0"))
+    assert "unavailable: NVML" in lines[row]
+    assert "NVIDIA runtime" not in "\n".join(lines[row:row + 4])  # the whole text is in JSON
+    assert "NVIDIA runtime" in json.dumps(data)

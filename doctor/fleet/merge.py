@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Sequence
 
 import gpudoctor
@@ -967,6 +967,43 @@ def _presence_findings(nodes: list[Node], members: list[Member], job: dict[str, 
     return findings
 
 
+def _fingerprint(m: Member) -> str | None:
+    """What makes two inputs the same report (the same file given twice, or a copy of it):
+    everything read from it, its start time and length included. None when the report does not
+    say when it was made (nothing then tells two scans of one machine apart)."""
+    if m.created is None:
+        return None
+    return repr([getattr(m, f.name) for f in fields(Member) if f.name not in ("label", "position", "node")])
+
+
+def _drop_copies(members: list[Member]) -> tuple[list[Member], list[list[Member]]]:
+    """Count a report given more than once once (a copy would otherwise be one more node); the
+    groups of copies, the one kept first."""
+    first: dict[str, list[Member]] = {}
+    kept: list[Member] = []
+    for m in members:
+        key = _fingerprint(m)
+        if key is not None and key in first:
+            first[key].append(m)
+            continue
+        if key is not None:
+            first[key] = [m]
+        kept.append(m)
+    return kept, [same for same in first.values() if len(same) > 1]
+
+
+def _copy_findings(copies: list[list[Member]]) -> list[FleetFinding]:
+    findings = []
+    for same in copies:
+        node = same[0].node.name if same[0].node else None
+        findings.append(FleetFinding(
+            "duplicate-report", WARNING,
+            f"the same report was given {len(same)} times: "
+            + ", ".join(m.label for m in same[:LIST_IN_SUMMARY]) + " (counted once)",
+            key="report", culprits=tuple(Culprit(node, m.rank, None, None, m.label) for m in same)))
+    return findings
+
+
 def _rank_to_node(main: list[Member], world: int | None, nodes: int, lws: int | None):
     """rank -> node index when the reports show a block layout (rank // ranks-per-node), else None."""
     per_node = lws or (world // nodes if world and nodes and world % nodes == 0 else None)
@@ -1036,9 +1073,11 @@ def merge_members(
     """The fleet report (not yet redacted) and its nodes, from extracted members. `extra_findings`
     may be a function of rank -> node name (the distributed scan's collective findings)."""
     started = time.monotonic()
+    given = len(members)
+    members, copies = _drop_copies(members)
     job = _job(members)
     nodes = _assign_nodes(members, job, options.redact)
-    findings: list[FleetFinding] = []
+    findings: list[FleetFinding] = _copy_findings(copies)
     findings += _presence_findings(nodes, members, job, options.redact)
     for bad in unreadable:
         findings.append(FleetFinding("unreadable-report", ERROR, f"{bad.label}: {bad.error}", key="report",
@@ -1057,7 +1096,7 @@ def merge_members(
         nodes=[_node_summary(n) for n in nodes],
         findings=_order(findings),
         stragglers=straggler_table,
-        inputs={"reports": len(members), "unreadable": len(unreadable)},
+        inputs={"reports": given, "unreadable": len(unreadable)},
         thresholds=options.thresholds(),
         tool_version=gpudoctor.__version__,
         redacted=options.redact,

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 FORMATS: tuple[str, ...] = ("text", "json", "md")
 CULPRIT_ROWS = 8  # culprits shown per finding on the terminal and in Markdown (JSON has them all)
 _CELL_LIMIT = 200
+_BRIEF = 20  # a version column's cell on the terminal; JSON and Markdown keep the whole text
+
+
+def _brief(value: object) -> str:
+    """A version cell on one line: "unavailable: NVML: libnvidia-ml.so.1 not found: ..." would
+    wrap over ten lines of the node table; the full text stays in JSON and Markdown."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= _BRIEF else text[: _BRIEF - 1].rstrip() + "…"
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 
@@ -133,8 +141,8 @@ def render_terminal(data: dict[str, Any], console: "Console", verbose: bool = Fa
                 as_text(str(node.get("name")), limit=_CELL_LIMIT),
                 as_text(_short_ranks(ranks), limit=_CELL_LIMIT),
                 as_text(_gpu_brief(node.get("gpus") or []), limit=_CELL_LIMIT),
-                as_text(str(versions.get("torch", "-")), limit=_CELL_LIMIT),
-                as_text(str(versions.get("driver", "-")), limit=_CELL_LIMIT),
+                as_text(_brief(versions.get("torch", "-")), limit=_CELL_LIMIT),
+                as_text(_brief(versions.get("driver", "-")), limit=_CELL_LIMIT),
                 as_text(probes, limit=_CELL_LIMIT),
                 Text(f"{node['duration_s']:.1f} s" if isinstance(node.get("duration_s"), (int, float)) else "-"),
             )

@@ -967,29 +967,35 @@ def _presence_findings(nodes: list[Node], members: list[Member], job: dict[str, 
     return findings
 
 
-def _fingerprint(m: Member) -> str | None:
-    """What makes two inputs the same report (the same file given twice, or a copy of it):
-    everything read from it, its start time and length included. None when the report does not
-    say when it was made (nothing then tells two scans of one machine apart)."""
-    if m.created is None:
-        return None
+def _fingerprint(m: Member) -> str:
+    """Everything read from a report, its start time and length included: two inputs with the
+    same fingerprint are the same report (the same file given twice, or a copy of it)."""
     return repr([getattr(m, f.name) for f in fields(Member) if f.name not in ("label", "position", "node")])
 
 
 def _drop_copies(members: list[Member]) -> tuple[list[Member], list[list[Member]]]:
     """Count a report given more than once once (a copy would otherwise be one more node); the
-    groups of copies, the one kept first."""
-    first: dict[str, list[Member]] = {}
-    kept: list[Member] = []
+    groups of copies, the one kept first. A report that does not say when it was made is never
+    taken for a copy (nothing then tells two scans of one machine apart)."""
+    # Cheap key first; the whole fingerprint only where it collides (999 reports: ~1 ms, not 0.2 s).
+    buckets: dict[tuple, list[Member]] = {}
     for m in members:
-        key = _fingerprint(m)
-        if key is not None and key in first:
-            first[key].append(m)
+        if m.created is not None:
+            buckets.setdefault((m.created, m.duration_s, m.hostname, m.slurm_name, m.node_index, m.rank, m.job_id), []).append(m)
+    dropped: set[int] = set()
+    groups: list[list[Member]] = []
+    for bucket in buckets.values():
+        if len(bucket) < 2:
             continue
-        if key is not None:
-            first[key] = [m]
-        kept.append(m)
-    return kept, [same for same in first.values() if len(same) > 1]
+        same: dict[str, list[Member]] = {}
+        for m in bucket:
+            same.setdefault(_fingerprint(m), []).append(m)
+        for group in same.values():
+            if len(group) > 1:
+                groups.append(group)
+                dropped.update(id(m) for m in group[1:])
+    groups.sort(key=lambda g: g[0].position)
+    return [m for m in members if id(m) not in dropped], groups
 
 
 def _copy_findings(copies: list[list[Member]]) -> list[FleetFinding]:

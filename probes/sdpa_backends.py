@@ -196,6 +196,7 @@ def run_cell(torch: Any, backend: Any, case: Case, base: dict[str, Any], dtype: 
     dname = att.dtype_name(dtype)
     name = backend.name if backend is not None else "DEFAULT"
     cell: dict[str, Any] = {"backend": name, "dtype": dname, "case": case.name}
+    began = time.perf_counter()
     stage = "forward"
     with att.capture() as said:
         try:
@@ -212,6 +213,7 @@ def run_cell(torch: Any, backend: Any, case: Case, base: dict[str, Any], dtype: 
         except Exception as exc:  # noqa: BLE001 - a kernel failure is the measurement
             cell["text"] = error_text(exc)
             cell["stage"] = stage
+    cell["ms"] = round((time.perf_counter() - began) * 1e3, 1)
     reasons = att.refusal_reasons(said.warnings)
     if stage != "done":
         low = cell["text"].lower()
@@ -356,6 +358,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     default_cells: list[dict[str, Any]] = []
     fallbacks: list[dict[str, Any]] = []
     poisoned = ""
+    reference_s = 0.0  # the fp64 references, beside each cell's own time ("ms")
     for case_index, case in enumerate(cases):
         base = _inputs(torch, case, ctx.device, seed=1234 + case_index) if not poisoned else {}
         for dname in DTYPES:
@@ -366,7 +369,9 @@ def _run(ctx: ProbeContext) -> Outcome:
                 cells.extend(_not_run(b.name, dname, case, why) for b in backends)
                 continue
             dtype = getattr(torch, dname)
+            began = time.perf_counter()
             ref = _reference(torch, case, base, dtype)
+            reference_s += time.perf_counter() - began
             leaves = [_leaf(base, n, dtype) for n in ("q", "k", "v")]
             choice = default_choice(torch, case, *leaves, base["mask"])
             defaults[key] = choice
@@ -468,6 +473,12 @@ def _run(ctx: ProbeContext) -> Outcome:
         "tolerances": {"forward": att.FWD_TOL, "backward": att.BWD_TOL},
         "global_flags": _flags(torch),
         "forced_with": forcer,
+        "time": {"reference_s": round(reference_s, 3),
+                 "default_s": round(sum(c.get("ms", 0) for c in default_cells) / 1e3, 3),
+                 "forced_s": round(sum(c.get("ms", 0) for c in cells if c.get("via") != "default") / 1e3, 3),
+                 "slowest": [f"{c['backend']} {c['dtype']}/{c['case']}: {c['ms']:.0f} ms"
+                             for c in sorted((c for c in (*default_cells, *cells) if c.get("via") != "default"
+                                              and "ms" in c), key=lambda c: -c["ms"])[:10]]},
         "legacy_sdp_kernel": legacy_sdp_kernel(torch),
         "elapsed_s": round(time.perf_counter() - started, 3),
     }

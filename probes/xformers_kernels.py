@@ -176,6 +176,24 @@ def _import_xformers() -> tuple[Any, Any, list[str], str]:
     return xformers, xops, [t for t in said.texts if t.strip()], failure
 
 
+def build_mismatch_steps(installed: str, build: dict[str, str] | None) -> tuple[str, ...]:
+    """The fix for this machine: the xformers built for the installed torch (PyTorch's index for
+    its +cuXXX suffix, where xformers publishes a build per torch release), or SDPA without
+    xformers. Never a torch downgrade: the torch the user has is the fixed point."""
+    version, _, local = installed.partition("+")
+    built = f" (this one was built for torch {build['built_for_torch']})" if build else ""
+    if local.startswith("cu"):
+        install = (f"install the xformers built for torch {installed}{built}: `pip install -U xformers "
+                   f"--index-url https://download.pytorch.org/whl/{local}`; if that index has none for "
+                   f"torch {version} yet, the xformers release that pins torch=={version}")
+    else:
+        install = (f"install the xformers built for torch {installed}{built}, from the index torch came from, "
+                   "so that pip keeps this torch")
+    return (install + "; then `python -m xformers.info` must list the operators as available",
+            "or keep this torch and uninstall xformers: torch's F.scaled_dot_product_attention covers "
+            "memory-efficient attention (diffusers uses it by default)")
+
+
 def run(ctx: ProbeContext) -> Outcome:
     with ctx.device_guard():
         return _run(ctx)
@@ -222,7 +240,8 @@ def _run(ctx: ProbeContext) -> Outcome:
             evidence.append("fix: reinstall xformers built for this torch "
                             f"({torch.__version__}), or route attention through torch SDPA")
             findings.append(Finding("xformers-build-mismatch",
-                                    f"xformers {version} cannot load its C++/CUDA extensions", tuple(evidence)))
+                                    f"xformers {version} cannot load its C++/CUDA extensions", tuple(evidence),
+                                    steps=build_mismatch_steps(str(torch.__version__), build)))
             break
     if failure:
         return _import_failure(version, failure, details, findings)
@@ -276,6 +295,8 @@ def _run(ctx: ProbeContext) -> Outcome:
         if cell["status"] == "mismatch":
             continue
         kb_id = classify(cell["text"])
+        if kb_id == "xformers-build-mismatch" and any(f.kb_id == kb_id for f in findings):
+            continue  # "No operator found ... wasn't built with CUDA support": the build, said once
         if kb_id:
             findings.append(_finding(kb_id, cell, version, torch, "error"))
     forced_failed = [c for c in cells_all if c["status"] in ("error", "mismatch")]

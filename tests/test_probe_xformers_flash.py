@@ -242,6 +242,19 @@ def test_build_mismatch_is_never_a_silent_skip(tmp_path, monkeypatch):
     assert out.status is Status.FAIL, out.summary
     (finding,) = [f for f in out.findings if f.kb_id == "xformers-build-mismatch"]
     assert any(e.startswith("fix: reinstall xformers built for this torch") for e in finding.evidence)
+    assert finding.steps == xk.build_mismatch_steps(str(torch.__version__), out.details["build"])
+
+
+def test_build_mismatch_steps_keep_the_users_torch():
+    # Seen on an H100 with torch 2.11.0+cu130 and the PyPI xformers 0.0.35 (built for 2.10.0+cu128):
+    # the fix is the xformers for this torch from its own CUDA index, never another torch.
+    build = {"built_for_torch": "2.10.0+cu128", "built_for_cuda": "1208", "installed_torch": "2.11.0+cu130"}
+    first, second = xk.build_mismatch_steps("2.11.0+cu130", build)
+    assert "`pip install -U xformers --index-url https://download.pytorch.org/whl/cu130`" in first
+    assert "built for torch 2.10.0+cu128" in first and "torch==2.11.0" in first
+    assert "torch==2.8" not in first + second and "uninstall xformers" in second
+    (first, _) = xk.build_mismatch_steps("2.11.0", None)
+    assert "--index-url" not in first and "keeps this torch" in first
 
 
 def test_xformers_import_warning_is_a_build_mismatch(tmp_path, monkeypatch):

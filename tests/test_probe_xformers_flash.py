@@ -329,9 +329,17 @@ def test_flash_abi_import_error(tmp_path, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_real_packages_do_not_crash():
     # The audit's verdicts on a healthy H100: skipped without the packages; with xformers 0.0.35
-    # and flash-attn 2.8.3 built for this torch, pass (fa3F and cutlassF-blackwell refused).
+    # and flash-attn 2.8.3 built for this torch, pass (fa3F and cutlassF-blackwell refused). An
+    # xformers built for another torch (the PyPI 0.0.35 wheel is built for 2.10.0+cu128: seen on
+    # an H100 with torch 2.11.0+cu130) is a FAIL with one build-mismatch finding and its fix.
     for probe in (xk, fak):
         out = probe.run(ProbeContext(torch=torch, device="cuda:0"))
+        build = out.details.get("build") if probe is xk else None
+        if build and build["built_for_torch"] != str(torch.__version__):
+            assert out.status is Status.FAIL, out.summary
+            (finding,) = out.findings
+            assert finding.kb_id == "xformers-build-mismatch" and finding.steps
+            continue
         assert out.status in (Status.PASS, Status.SKIPPED), (probe.SPEC.id, out.summary)
         assert all(f.severity != "error" for f in out.findings)
 

@@ -336,3 +336,18 @@ def test_write_failure_is_one_line(tmp_path, monkeypatch):
     assert r.exit_code == 2
     assert r.stderr == f"gpudoctor: cannot write {out}: No space left on device; the old file, if any, is unchanged\n"
     assert out.read_text() == "old" and os.listdir(tmp_path) == ["r.md"]
+
+
+VALIDATION = sorted((pathlib.Path(__file__).parents[1] / "docs" / "validation").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", VALIDATION, ids=[p.name for p in VALIDATION])
+def test_committed_gpu_reports_read_back(path):
+    # The real H100 reports in docs/validation are read as any user's report is: validated,
+    # re-rendered, and judged by the same exit code as the scan that made them.
+    data = json.loads(path.read_text())
+    result = CliRunner().invoke(app, ["report", str(path), "--format", "text"])
+    assert result.exit_code in (0, 1), result.output
+    problems = any(r["status"] in ("fail", "crashed", "timed_out") for r in data["results"])
+    assert result.exit_code == (1 if problems else 0), result.output
+    assert "NVIDIA H100" in result.output or "H100" in json.dumps(data["environment"])

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpudoctor.reports import markdown as md
+from gpudoctor.reports.model import lookup
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -129,14 +130,6 @@ class Fact:
     value: Any  # a string, or a sorted list of strings
 
 
-def _get(data: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
 def _section(env: dict[str, Any], name: str) -> dict[str, Any]:
     value = env.get(name)
     if isinstance(value, dict) and value.get("available") is not False:
@@ -187,7 +180,7 @@ def facts(report: dict[str, Any]) -> dict[str, Fact]:
         put("driver.cuda", "driver", "CUDA version the driver supports", nvml.get("cuda_driver_version"))
         gpus = [g for g in nvml.get("gpus") or [] if isinstance(g, dict)]
         if gpus and "gpus" not in out:
-            put("gpus", "gpu", "GPUs", [f"{g.get('name')} ({_gib(_get(g, 'memory', 'total'))})" for g in gpus])
+            put("gpus", "gpu", "GPUs", [f"{g.get('name')} ({_gib(lookup(g, 'memory', 'total'))})" for g in gpus])
         if gpus and "gpu.capability" not in out:
             put("gpu.capability", "gpu", "GPU compute capabilities",
                 [f"sm_{str(g.get('capability')).replace('.', '')}" for g in gpus if g.get("capability")] or None)
@@ -371,7 +364,7 @@ def _who(report: dict[str, Any], name: str) -> dict[str, Any]:
         if r.get("status") in counts:
             counts[r["status"]] += 1
     return {"file": _s(name), "created": _s(report.get("created", "")),
-            "tool_version": _s(_get(report, "tool", "version") or ""), "counts": counts}
+            "tool_version": _s(lookup(report, "tool", "version") or ""), "counts": counts}
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any], *, name_a: str = "A", name_b: str = "B",

@@ -100,6 +100,16 @@ class ReportFormatError(ValueError):
     """The data is not a gpudoctor report this version can read (one line, for the user)."""
 
 
+def lookup(data: Any, *keys: str) -> Any:
+    """`data[k1][k2]...` through nested objects of a report read from JSON, or None where a level is
+    missing or not an object (a report from another version, or a hand-edited one)."""
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
 def report_from_dict(data: Any) -> Report:
     """A `Report` from its `to_dict()` form (a saved or redacted JSON report of any 1.x schema).
     Raises ReportFormatError, naming the first thing that is wrong, for anything else."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.probes.base import Status
 from gpudoctor.reports import markdown as md
-from gpudoctor.reports.model import PROBLEM_STATUSES, Report, report_from_dict  # noqa: F401 (re-exported)
+from gpudoctor.reports.model import PROBLEM_STATUSES, Report, lookup, report_from_dict  # noqa: F401 (re-exported)
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
@@ -145,14 +145,6 @@ def _evidence(summary: str, evidence: tuple[str, ...] | list[str]) -> list[str]:
     return out[:EVIDENCE_LINES]
 
 
-def _get(data: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
 def _reason(section: Any) -> str | None:
     """The "why" of a section that could not be collected, or None if it was."""
     if isinstance(section, dict) and section.get("available") is False:
@@ -182,9 +174,9 @@ def environment_brief(env: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("system", _reason(system) or "not collected"))
     else:
         text = f"{system.get('distribution')}, kernel {system.get('kernel')}, {system.get('machine')}"
-        if _get(system, "container", "detected"):
-            text += f", in a {_get(system, 'container', 'kind')} container"
-        if _get(system, "wsl", "detected"):
+        if lookup(system, "container", "detected"):
+            text += f", in a {lookup(system, 'container', 'kind')} container"
+        if lookup(system, "wsl", "detected"):
             wsl = system["wsl"]
             text += f", WSL{wsl.get('version')} (GPU {'forwarded' if wsl.get('gpu_forwarded') else 'NOT forwarded: no /dev/dxg'})"
         lines.append(("system", text))
@@ -236,7 +228,7 @@ def environment_brief(env: dict[str, Any]) -> list[tuple[str, str]]:
                 text += f", {ecc['volatile_uncorrected']} uncorrected ECC errors"
             lines.append((f"gpu {gpu.get('index')}", text))
 
-    installed = _get(env, "packages", "installed")
+    installed = lookup(env, "packages", "installed")
     if isinstance(installed, dict):
         key = [f"{n} {installed[n]['version']}" for n in _KEY_PACKAGES if n in installed]
         nvidia = [n for n in installed if n.startswith("nvidia-") and n != "nvidia-ml-py"]
@@ -252,9 +244,9 @@ def environment_brief(env: dict[str, Any]) -> list[tuple[str, str]]:
     libs = env.get("cuda_libraries")
     if isinstance(libs, dict) and isinstance(libs.get("libraries"), dict):
         loaded = [
-            f"{name} {_get(entry, 'loaded')[0].get('version') or '?'}"
+            f"{name} {lookup(entry, 'loaded')[0].get('version') or '?'}"
             for name, entry in libs["libraries"].items()
-            if isinstance(_get(entry, "loaded"), list) and _get(entry, "loaded")
+            if isinstance(lookup(entry, "loaded"), list) and lookup(entry, "loaded")
         ]
         lines.append(("CUDA libs loaded", ", ".join(loaded) or "none"))
         for flag in libs.get("flags") or []:
@@ -291,15 +283,15 @@ def environment_summary(env: dict[str, Any]) -> str:
     else:
         parts.append("no NVIDIA driver")
     gpus: dict[str, int] = {}
-    devices = _get(env, "torch", "devices")
+    devices = lookup(env, "torch", "devices")
     if not isinstance(devices, list) or not devices:
-        devices = _get(env, "nvml", "gpus")
+        devices = lookup(env, "nvml", "gpus")
     for dev in devices if isinstance(devices, list) else []:
         if isinstance(dev, dict) and dev.get("name"):
             label = f"{dev.get('name')} (sm {dev.get('capability')})"
             gpus[label] = gpus.get(label, 0) + 1
     parts.append(", ".join(f"{n}x {label}" if n > 1 else label for label, n in gpus.items()) or "no GPU visible")
-    version = _get(env, "python", "version")
+    version = lookup(env, "python", "version")
     if version:
         parts.append(f"Python {version}")
     return one_line(", ".join(str(p) for p in parts), VALUE_LIMIT)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from gpudoctor.fleet.model import ERROR, WARNING, Culprit, FleetFinding
+from gpudoctor.fleet.model import ERROR, WARNING, Culprit, FleetFinding, plural
 
 # GB/s per direction.
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
@@ -159,8 +159,8 @@ def analyse(
         victims = len(init_failed) - len(blamed)
         findings.append(FleetFinding(
             "collective-failed", ERROR,
-            f"init_process_group({backend}) failed on {len(blamed)} {_ranks(len(blamed))}: {first.get('detail')}"
-            + (f"; {victims} other {_ranks(victims)} timed out waiting for it" if victims else ""),
+            f"init_process_group({backend}) failed on {plural(len(blamed), 'rank')}: {first.get('detail')}"
+            + (f"; {plural(victims, 'other rank')} timed out waiting for it" if victims else ""),
             key="init", culprits=tuple(place(r, str(init_failed[r].get("status")), init_failed[r].get("detail"))
                                        for r in blamed)))
     # The set-up barrier: ranks that never finished setting up and said nothing of it themselves.
@@ -251,10 +251,6 @@ def analyse(
     section = {"backend": backend, "world_size": world, "results": rows, "arrival": arrival_rows,
                "expect_fraction": expect_fraction}
     return findings, section
-
-
-def _ranks(n: int) -> str:
-    return "rank" if n == 1 else "ranks"
 
 
 def _blame(statuses: dict[int, str]) -> list[int]:

@@ -44,6 +44,7 @@ from gpudoctor.fleet import nodelist
 from gpudoctor.fleet.model import (
     ERROR, FLEET_KIND, WARNING, Culprit, FleetFinding, FleetReport, KINDS, NodeSummary, plural,
 )
+from gpudoctor.reports.model import lookup
 
 MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
 TEXT_LIMIT = 300  # characters of an untrusted value kept in a finding
@@ -305,15 +306,6 @@ def load_members(inputs: Sequence[str], jobs: int | None = None) -> tuple[list["
 # --- what one report says -----------------------------------------------------------------------
 
 
-def _get(data: Any, *keys: str) -> Any:
-    for key in keys:
-        try:
-            data = data.get(key)
-        except AttributeError:
-            return None
-    return data
-
-
 def _text(value: Any, limit: int = TEXT_LIMIT) -> str | None:
     """A bounded string from untrusted data (None stays None; containers are not text)."""
     if value is None or isinstance(value, (dict, list)):
@@ -413,18 +405,18 @@ def _versions(env: dict[str, Any]) -> dict[str, str]:
         out["NCCL"] = _text(torch.get("nccl")) or "unknown"
     nvml = env.get("nvml")
     why = _unavailable(nvml)
-    out["driver"] = why or _text(_get(nvml, "driver_version")) or "not reported"
-    out["CUDA driver"] = why or _text(_get(nvml, "cuda_driver_version")) or "not reported"
-    out["python"] = _unavailable(env.get("python")) or _text(_get(env, "python", "version")) or "not reported"
-    installed = _get(env, "packages", "installed")
+    out["driver"] = why or _text(lookup(nvml, "driver_version")) or "not reported"
+    out["CUDA driver"] = why or _text(lookup(nvml, "cuda_driver_version")) or "not reported"
+    out["python"] = _unavailable(env.get("python")) or _text(lookup(env, "python", "version")) or "not reported"
+    installed = lookup(env, "packages", "installed")
     if isinstance(installed, dict):
         for name, info in installed.items():
-            version = _text(_get(info, "version"), 80)
+            version = _text(lookup(info, "version"), 80)
             if isinstance(name, str) and version:
                 out[f"package {name[:80]}"] = version
-    plugins = _get(env, "fleet", "nccl", "plugins")
+    plugins = lookup(env, "fleet", "nccl", "plugins")
     if isinstance(plugins, list):
-        names = sorted({_text(_get(p, "file"), 120) or "?" for p in plugins if isinstance(p, dict)})
+        names = sorted({_text(lookup(p, "file"), 120) or "?" for p in plugins if isinstance(p, dict)})
         out["NCCL plugins"] = ", ".join(names) if names else "none found"
     return out
 
@@ -434,7 +426,7 @@ def _nccl_env(env: dict[str, Any]) -> dict[str, str]:
     by value (its value must not reach a finding)."""
     from gpudoctor.reports.redact import MASK, is_secret_name
 
-    values = _get(env, "fleet", "nccl", "env")
+    values = lookup(env, "fleet", "nccl", "env")
     out: dict[str, str] = {}
     if isinstance(values, dict):
         for name, value in values.items():
@@ -457,26 +449,26 @@ def _gemm(data: dict[str, Any]) -> list[dict[str, Any]]:
     for r in data.get("results") or []:
         if not isinstance(r, dict) or r.get("probe") != "matmul-sanity":
             continue
-        throughput = _get(r, "details", "throughput")
-        measured = _get(throughput, "measured")
+        throughput = lookup(r, "details", "throughput")
+        measured = lookup(throughput, "measured")
         if not isinstance(measured, list):
             continue
         device = _text(r.get("device"), 40)
-        model = _text(_get(throughput, "peak_label"), 80) or _text(_get(throughput, "gpu"), 80)
+        model = _text(lookup(throughput, "peak_label"), 80) or _text(lookup(throughput, "gpu"), 80)
         for m in measured:
-            tflops = _num(_get(m, "tflops"))
-            mode = _text(_get(m, "mode"), 20)
+            tflops = _num(lookup(m, "tflops"))
+            mode = _text(lookup(m, "mode"), 20)
             if tflops is None or not mode:
                 continue
             out.append({"device": device, "model": model, "mode": mode, "tflops": tflops,
-                        "nominal": _num(_get(m, "nominal_tflops"))})
+                        "nominal": _num(lookup(m, "nominal_tflops"))})
     return out
 
 
 def member_from_report(data: dict[str, Any], label: str, position: int) -> Member:
     """What the merge needs from one scan report (tolerant of any part being missing or odd)."""
     env = data.get("environment") if isinstance(data.get("environment"), dict) else {}
-    launcher = _get(env, "fleet", "launcher")
+    launcher = lookup(env, "fleet", "launcher")
     launcher = launcher if isinstance(launcher, dict) else {}
     names = launcher.get("hostname") if isinstance(launcher.get("hostname"), dict) else {}
     m = Member(
@@ -497,11 +489,11 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
         duration_s=_num(data.get("duration_s")),
     )
     m.versions = _versions(env)
-    tool = _text(_get(data, "tool", "version"), 40)
+    tool = _text(lookup(data, "tool", "version"), 40)
     if tool:
         m.versions["gpudoctor"] = tool
     m.nccl_env = _nccl_env(env)
-    cvd = _get(env, "env_vars", "CUDA_VISIBLE_DEVICES")
+    cvd = lookup(env, "env_vars", "CUDA_VISIBLE_DEVICES")
     m.visible = [v.strip() for v in cvd.split(",")] if isinstance(cvd, str) else []
     nvml = env.get("nvml")
     if isinstance(nvml, dict) and nvml.get("available") is not False:
@@ -510,8 +502,8 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
             if isinstance(gpu, dict) and _int(gpu.get("index")) is not None:
                 m.gpus.append(Gpu(_int(gpu.get("index")), _text(gpu.get("name"), 120), gpu,  # type: ignore[arg-type]
                                   {label: v for label, path, _ in _HW_DRIFT if (v := _hw_value(gpu, *path)) is not None}))
-    elif isinstance(_get(env, "torch", "device_count"), int) and _get(env, "torch", "cuda_available"):
-        m.gpu_count = _get(env, "torch", "device_count")
+    elif isinstance(lookup(env, "torch", "device_count"), int) and lookup(env, "torch", "cuda_available"):
+        m.gpu_count = lookup(env, "torch", "device_count")
     results = data.get("results") or []
     for r in results:
         try:
@@ -719,7 +711,7 @@ def _gpu_rows(nodes: list[Node]) -> list[tuple[Node, Gpu, Culprit]]:
 
 
 def _hw_value(raw: dict[str, Any], *path: str) -> str | None:
-    value = _get(raw, *path)
+    value = lookup(raw, *path)
     if value is None or isinstance(value, (dict, list)):
         return None
     if isinstance(value, str) and value.startswith("not available"):

@@ -479,12 +479,13 @@ def _finding_details(say: Callable[..., None], wrapped: Callable[..., None], res
         return
     say((str(entry.title), "bold"), indent=indent)
     # A probe that knows which cause this is gives the steps for this machine; the entry's list
-    # covers every cause (some impossible here) and stays one command away.
-    for n, step in enumerate(getattr(finding, "steps", ()) or entry.fix, 1):
+    # and patch cover every cause (some impossible here, a torch downgrade among them) and stay
+    # one command away.
+    for n, step in enumerate(finding.steps or entry.fix, 1):
         wrapped(str(step), indent, f"{n}) ")
-    if getattr(finding, "steps", ()):
+    if finding.steps:
         say((f"every cause and fix: gpudoctor explain {one_line(finding.kb_id, 100)}", "dim"), indent=indent)
-    patch = str(getattr(entry, "patch", "") or "")
+    patch = "" if finding.steps else str(getattr(entry, "patch", "") or "")
     if patch:
         lang = getattr(entry, "patch_lang", None) or "text"
         safety = getattr(entry, "applicability", None)
@@ -552,7 +553,7 @@ def render_markdown(report: Report, *, kb: KbLookup | None = None) -> str:
             continue
         out += ["", f"**{md.prose(entry.title)}**", ""]
         out += [f"{i}. {md.prose(step)}" for i, step in enumerate(finding.steps or entry.fix, 1)]
-        if entry.patch:
+        if entry.patch and not finding.steps:  # the entry's patch is for every cause, as its list is
             out += ["", md.fence(entry.patch, entry.patch_lang or "")]
         out += ["", f"Details: {md.code_span('gpudoctor explain ' + one_line(finding.kb_id, 100))}"]
 

@@ -371,3 +371,26 @@ def test_environment_brief_tolerates_missing_sections():
     assert brief["torch"] == "not available: the worker did not report"
     assert brief["driver"] == "not available: NVML: libnvidia-ml.so.1 not found"
     assert environment_brief({}) == [("system", "not collected"), ("python", "not collected"), ("torch", "not collected"), ("driver", "not collected")]
+
+
+def test_steps_for_this_machine_replace_the_entrys_list_and_patch():
+    # The xformers build mismatch on an H100 with torch 2.11: the probe knows the fix for this torch;
+    # the entry's generic patch (another torch from another index) must not be printed beside it.
+    entry = SimpleNamespace(title="xformers was built for another torch", fix=("Generic step.",),
+                            patch="-pip install xformers\n+pip install torch==2.8.0 xformers", patch_lang="diff")
+    step = "install the xformers built for torch 2.11.0+cu130: `pip install -U xformers`"
+    report = _report(ProbeResult("xformers", "xformers", Status.FAIL, "cannot load", 0.1, "cuda:0", findings=[
+        Finding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",),
+                steps=(step,))]))
+    kb = {"xformers-build-mismatch": entry}.get
+    terminal, markdown = _terminal(report, kb=kb, verbose=True), render_markdown(report, kb=kb)
+    assert "every cause and fix: gpudoctor explain xformers-build-mismatch" in terminal
+    assert "Details: `gpudoctor explain xformers-build-mismatch`" in markdown
+    for text in (terminal, markdown):
+        assert "pip install -U xformers" in text
+        assert "Generic step." not in text
+        assert "torch==2.8.0" not in text
+    # Without steps the entry's list and patch are shown, as before.
+    plain = _report(ProbeResult("xformers", "xformers", Status.FAIL, "cannot load", 0.1, "cuda:0", findings=[
+        Finding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",))]))
+    assert "torch==2.8.0" in render_markdown(plain, kb=kb) and "Generic step." in _terminal(plain, kb=kb, verbose=True)

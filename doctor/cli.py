@@ -661,7 +661,7 @@ def lint(
     `gpudoctor explain GPU001` documents a rule; --fix applies the safe fixes."""
     from gpudoctor.lint.cli import Options, run
 
-    [out] = plan_outputs(fmt, output, inputs=paths or ())
+    [out] = plan_outputs(fmt, output)  # lint.cli.run refuses an output it would read (files and folders)
     raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=out.fmt.value, output=out.path, select=select,
                                  ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated,
                                  jobs=jobs, quiet=quiet, verbose=verbose)))

@@ -81,16 +81,18 @@ def render(picture: Picture) -> str:
     from gpudoctor import output
     from gpudoctor.cli import app
 
-    console = Console(record=True, file=io.StringIO(), width=WIDTH, height=50, force_terminal=True,
-                      color_system="truecolor", no_color=False, highlight=False, legacy_windows=False,
-                      emoji=False, _environ={})
     stderr = io.StringIO()
-    with _fixed_machine(), mock.patch.object(output, "stdout_console", lambda **_: console), \
-            contextlib.redirect_stderr(stderr):
-        code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
-    if code not in (0, 1):
-        raise SystemExit(f"make_pictures: `{picture.title}` exited {code}: {stderr.getvalue().strip()}")
-    svg = as_a_terminal_shows_it(console).export_svg(title=picture.title)
+    # Consoles are made inside the fixed environment too: COLUMNS, NO_COLOR and friends of the
+    # machine that makes the picture never reach them.
+    with _fixed_machine(), contextlib.redirect_stderr(stderr):
+        console = Console(record=True, file=io.StringIO(), width=WIDTH, height=50, force_terminal=True,
+                          color_system="truecolor", no_color=False, highlight=False, legacy_windows=False,
+                          emoji=False)
+        with mock.patch.object(output, "stdout_console", lambda **_: console):
+            code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
+        if code not in (0, 1):
+            raise SystemExit(f"make_pictures: `{picture.title}` exited {code}: {stderr.getvalue().strip()}")
+        svg = as_a_terminal_shows_it(console).export_svg(title=picture.title)
     return f"<!-- made by tools/make_pictures.py (rich {_rich_version()}): {picture.title} -->\n{svg}"
 
 
@@ -103,7 +105,7 @@ def as_a_terminal_shows_it(recorded: "Console") -> "Console":
     from rich.text import Text
 
     out = Console(record=True, file=io.StringIO(), width=recorded.width, force_terminal=True,
-                  color_system="truecolor", no_color=False, highlight=False, emoji=False, _environ={})
+                  color_system="truecolor", no_color=False, highlight=False, emoji=False)
     segments = [s for s in recorded._record_buffer if not s.control]
     for line in Segment.split_lines(segments):
         text = Text.assemble(*((s.text, s.style) for s in line))

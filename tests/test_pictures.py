@@ -67,4 +67,4 @@ def test_the_pictures_show_what_they_say():
 def test_every_picture_is_shown_in_the_documentation():
     pages = {p.name: p.read_text() for p in (ROOT / "docs").glob("*.md")}
     for picture in PICTURES:
-        assert any(f"](pictures/{picture.name})" in text for text in pages.values()), picture.name
+        assert any(f"![{picture.alt}](pictures/{picture.name})" in text for text in pages.values()), picture.name

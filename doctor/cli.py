@@ -6,7 +6,7 @@ merge, list. `run`, `report` and `diff` live in gpudoctor.ticket_cli, `merge` in
 gpudoctor.fleet.command, lint's work in gpudoctor.lint.cli; they are registered at the end of this
 module.
 
-Conventions, the same for every command (README "Conventions"):
+Conventions, the same for every command (docs/conventions.md):
 
 - `--format text|json|md` picks the output, `-o/--output PATH` writes it to a file (`-`, the
   default, is standard output; a path ending in .json or .md picks that format when `--format` is

@@ -1,7 +1,7 @@
 """`gpudoctor explain` and `gpudoctor list`: the result object and its renderers (text for people,
 JSON, Markdown). Renderers write what they are given; they decide nothing about exit codes.
 
-The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in the README) is
+The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in docs/explain.md) is
 
     {"schema_version": "1.1",
      "verdict": {"id", "title", "cause", "quick_fix", "confidence", "line"} | null,

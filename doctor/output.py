@@ -1,4 +1,4 @@
-"""The output convention every command follows, implemented once (README "Conventions"):
+"""The output convention every command follows, implemented once (docs/conventions.md):
 
 - `--format text|json|md` picks the format (`format_option`); `-o/--output PATH` writes it to a
   file, `-` (the default) to standard output; a path ending in .json or .md picks that format
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-# Exit codes, the same for every command (README "Conventions").
+# Exit codes, the same for every command (docs/conventions.md).
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from gpudoctor.reports.model import Report
     from gpudoctor.runcmd import RunResult
 
-RUN_SCHEMA_VERSION = "1.1"  # 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...)
+# 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...). 1.2: diagnosis.steps, the
+# fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them.
+RUN_SCHEMA_VERSION = "1.2"
 MAX_TICKET_CHARS = 65_000  # GitHub and GitLab refuse an issue body of 65,536 characters or more
 LOCALIZE_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
 # Knowledge-base ids of the CUDA errors that surface at a later API call than the one that caused
@@ -382,6 +384,22 @@ def attach_scan(ticket: dict[str, Any], report: "Report | None", probes: Sequenc
         data = redact_report(data, redactor) if data is not None else None
         error = redactor.text(error) if error else error
     ticket["scan"] = {"probes": list(probes), "error": error, "report": data}
+    steps = machine_steps(ticket.get("diagnosis") or {}, data)
+    if steps:
+        ticket["diagnosis"]["steps"] = steps
+
+
+def machine_steps(diagnosis: Mapping[str, Any], report: Mapping[str, Any] | None) -> list[str]:
+    """The fix for this machine: the `steps` of the scan's finding for the diagnosed id (the probe
+    that found it knows which cause it is: a CPU-only build of this torch, no driver, ...). One
+    source for a finding's steps, the probe's; [] when the scan has none for that id, and the
+    entry's generic list is shown."""
+    entry = diagnosis.get("entry") or {}
+    for result in (report or {}).get("results") or []:
+        for finding in result.get("findings") or []:
+            if finding.get("kb_id") == entry.get("id") and finding.get("steps"):
+                return [str(step) for step in finding["steps"]]
+    return []
 
 
 def _cwd() -> str:
@@ -492,16 +510,19 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         body += ["", "#### Error", "", md.fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
 
     if entry:
-        body += ["", "#### Fix", ""]
-        body += [f"{i}. {md.prose(step)}" for i, step in enumerate(entry["fix"], 1)]
-        if entry.get("patch"):
+        # The steps for this machine (from the bundle's scan) replace the entry's list and patch,
+        # which cover every cause, as the scan's own report does.
+        steps = diag.get("steps")
+        body += ["", "#### Fix for this machine (from the scan)" if steps else "#### Fix", ""]
+        body += [f"{i}. {md.prose(step)}" for i, step in enumerate(steps or entry["fix"], 1)]
+        if entry.get("patch") and not steps:
             body += ["", md.fence(entry["patch"], entry.get("patch_lang") or "")]
-        if entry.get("applicability") != "safe" and entry.get("fix_safety"):
+        if entry.get("applicability") != "safe" and entry.get("fix_safety") and not steps:
             body += ["", f"Patch safety: {entry['applicability']}: {md.prose(entry['fix_safety'])}"]
         refs = entry.get("references") or []
         if refs:
             body += ["", "References: " + "; ".join(f"[{md.prose(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
-        body += ["", f"More: `gpudoctor explain {entry['id']}`"]
+        body += ["", f"{'Every cause and fix' if steps else 'More'}: `gpudoctor explain {entry['id']}`"]
     if len(matches) > 1:
         body += ["", "#### Also recognised in the output", "", f"| id | confidence | {_lines_label(diag)} | evidence |",
                  "|---|---:|---:|---|"]
@@ -630,14 +651,15 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
     if entry:
         if verbose:
             say(entry["what"], indent=2)
-        say("Fix:", "bold", indent=2)
-        for i, step in enumerate(entry["fix"], 1):
+        steps = diag.get("steps")
+        say("Fix for this machine (from the scan):" if steps else "Fix:", "bold", indent=2)
+        for i, step in enumerate(steps or entry["fix"], 1):
             say(f"{i}. {step}", indent=4)
-        if verbose and entry.get("patch"):
+        if verbose and entry.get("patch") and not steps:
             say("Patch:", "bold", indent=2)
             for line in entry["patch"].split("\n"):
                 say(line, indent=4)
-        say(f"More: gpudoctor explain {entry['id']}", "dim", indent=2)
+        say(f"{'Every cause and fix' if steps else 'More'}: gpudoctor explain {entry['id']}", "dim", indent=2)
     others = [m for m in matches[1:6]]
     if others:
         say("Also in the output: " + ", ".join(

@@ -145,12 +145,14 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
             _say("--localize: not an asynchronous CUDA failure; nothing re-run")
 
     record = ticket.build_ticket(result, diagnosis, localization=localization, redactor=redactor)
+    if bundle is not None and not no_scan:
+        # Before the diagnosis is shown: a finding's steps for this machine (the probe's, one
+        # source) replace the entry's generic list in every part of the ticket.
+        ticket.attach_scan(record, *_scan(result.argv, diagnosis, python, quiet), redactor=redactor)
     if not quiet:
         from rich.console import Console
 
         ticket.render_text(record, Console(stderr=True, highlight=False), verbose=verbose)
-    if bundle is not None and not no_scan:
-        ticket.attach_scan(record, *_scan(result.argv, diagnosis, python, quiet), redactor=redactor)
     if bundle is not None:
         try:
             folder, new_sub, files = ticket.write_bundle(bundle, record)

@@ -32,7 +32,7 @@ NEEDS = ("torch", "cuda", "xformers", "flash_attn")
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    id: str  # kebab-case, shared with the report and the README
+    id: str  # kebab-case, shared with the report and the documentation
     title: str
     timeout_s: float = 30.0  # the runner kills the worker after this
     emits: tuple[str, ...] = ()  # knowledge-base ids this probe may report; a test checks they exist

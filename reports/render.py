@@ -11,8 +11,10 @@ and the command that tells its full story. Between them: one line per probe, one
 with its `gpudoctor explain ID` command, and a one-line environment summary. `verbose=True` adds
 the evidence, fix steps, patches, crash tails and the full environment. Copy-paste is a contract:
 ids, commands, patches and evidence are printed whole (`soft_wrap`: the terminal may wrap them for
-display, nothing inserts a newline or cuts them); only probe and finding summaries are shortened in
-the one-line views, at a word boundary, and the full text is in `-v`, JSON and Markdown.
+display, nothing inserts a newline or cuts them). Probe and finding summaries are never cut either:
+on the default page they wrap at word boundaries under their own column (a log file or CI gets 80
+columns), or take lines of their own where the column would be too narrow; `-v` prints each whole
+on one line.
 
 Everything a report carries came from probes, workers or a file someone sent: it is untrusted. It is
 shown through `gpudoctor.safetext.visible` (escape sequences removed, control characters made
@@ -104,6 +106,18 @@ def load_kb_entry(kb_id: str) -> Any:
 def one_line(text: Any, limit: int = SUMMARY_LIMIT) -> str:
     """Untrusted text as one visible line of at most about `limit` characters."""
     return " ".join(visible(str(text), limit).split())
+
+
+COLUMN_MIN = 30  # the narrowest column a summary wraps in; narrower, it gets lines of its own
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters, broken between words only: a longer word (a
+    URL, a path, a command) is kept whole, never folded, and inline code (`...`) is one word."""
+    # A no-break space is not a place to wrap (textwrap breaks at ASCII whitespace only).
+    text = _CODE_SPAN.sub(lambda m: m.group().replace(" ", "\xa0"), text)
+    lines = textwrap.wrap(text, width=max(width, 1), break_long_words=False, break_on_hyphens=False) or [""]
+    return [line.replace("\xa0", " ") for line in lines]
 
 
 def fit(text: str, width: int) -> str:
@@ -380,19 +394,29 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
     def wrapped(text: str, indent: int, bullet: str = "") -> None:
         """Prose wrapped at word boundaries with a hanging indent; a word longer than the line (a
         URL, a path, a command) is kept whole, never folded."""
-        # Inline code (`...`) is one unbreakable token: a no-break space is not a place to wrap.
-        text = _CODE_SPAN.sub(lambda m: m.group().replace(" ", "\xa0"), text)
-        lines = textwrap.wrap(text, width=max(width - indent - len(bullet), 20), break_long_words=False,
-                              break_on_hyphens=False) or [""]
-        for n, line in enumerate(lines):
-            say(bullet if n == 0 else " " * len(bullet), line.replace("\xa0", " "), indent=indent)
+        for n, line in enumerate(wrap(text, max(width - indent - len(bullet), 20))):
+            say(bullet if n == 0 else " " * len(bullet), line, indent=indent)
+
+    def column(head: list[Any], start: int, text: str, own_indent: int) -> None:
+        """`head` (parts for `say`), then `text` from column `start`, wrapped under itself; where
+        fewer than COLUMN_MIN cells are left there, `text` takes lines of its own at `own_indent`.
+        Never cut: the summary is what the reader came for."""
+        if width - start >= COLUMN_MIN:
+            first, *rest = wrap(text, width - start)
+            say(*head, first)
+            for line in rest:
+                say(line, indent=start)
+            return
+        say(*head)
+        for line in wrap(text, width - own_indent):
+            say(line, indent=own_indent)
 
     v = verdict(report)
     style = "bold green" if v.line == "healthy" else "bold yellow" if v.healthy else "bold red"
     say(("gpudoctor: ", "bold"), (v.line, style))
     say()
 
-    # One line per probe; only the summary is shortened to fit.
+    # One row per probe; the summary wraps in its column (whole on one line under -v).
     # The device column only when probes ran on different devices (the verdict names the device).
     rows = [(one_line(r.probe, 100), one_line(r.device or "-", 100), r.status, _duration(r.duration_s),
              one_line(r.summary)) for r in report.results]
@@ -401,12 +425,19 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
         w_dev = max(len(r[1]) for r in rows) + 2 if len({r[1] for r in rows}) > 1 else 0
         w_status = max(len(_STATUS_WORD[r[2]]) for r in rows)
         w_time = max(len(r[3]) for r in rows)
-        room = max(width - (2 + w_id + 2 + w_dev + w_status + 2 + w_time + 2), 16)
+        start = 2 + w_id + 2 + w_dev + w_status + 2 + w_time + 2
         for probe, device, status, duration, summary in rows:
-            say(f"  {probe:<{w_id}}  " + (f"{device:<{w_dev}}" if w_dev else ""),
-                (f"{_STATUS_WORD[status]:<{w_status}}", _STATUS_STYLE[status]),
-                f"  {duration:>{w_time}}  ", fit(summary, room) if not verbose else summary)
-    say((tally_line(report) if verbose else fit(tally_line(report), width - 2), "dim"), indent=2)
+            head = [f"  {probe:<{w_id}}  " + (f"{device:<{w_dev}}" if w_dev else ""),
+                    (f"{_STATUS_WORD[status]:<{w_status}}", _STATUS_STYLE[status]), f"  {duration:>{w_time}}  "]
+            if verbose:
+                say(*head, summary)
+            else:
+                column(head, start, summary, 4)
+    if verbose:
+        say((tally_line(report), "dim"), indent=2)
+    else:
+        for line in wrap(tally_line(report), width - 4):
+            say((line, "dim"), indent=2)
 
     # Errors, then probes that broke without a finding, then warnings: each an id (never cut), one
     # line (cut to fit), and the command that tells the full story.
@@ -419,13 +450,15 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
         say(("Findings" if findings else "Problems", "bold underline"))
     label_w = 10
     for result, finding in errors:
-        _finding_line(say, wrapped, result, finding, kb, label_w, width, verbose)
+        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose)
     for r in broken:
         probe = one_line(r.probe, 100)
         word = r.status.value.replace("_", " ")
-        head = f"{word:<{label_w}}{probe}{_where(r)}: "
-        say(("  ", ""), (f"{word:<{label_w}}", _STATUS_STYLE[r.status]), (f"{probe}{_where(r)}", "bold"), ": ",
-            fit(one_line(r.summary), max(width - 2 - len(head), 16)) if not verbose else one_line(r.summary))
+        head = [("  ", ""), (f"{word:<{label_w}}", _STATUS_STYLE[r.status]), (f"{probe}{_where(r)}", "bold"), ": "]
+        if verbose:
+            say(*head, one_line(r.summary))
+        else:
+            column(head, 2 + label_w + len(f"{probe}{_where(r)}: "), one_line(r.summary), 2 + label_w)
         if not verbose:
             say((f"gpudoctor scan --probe {probe} -v", "dim"), indent=2 + label_w)
             continue
@@ -435,7 +468,7 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
         for line in _lines(r.stderr_tail, TAIL_LINES, TAIL_LIMIT):
             say(("| ", "dim"), line, indent=2 + label_w)
     for result, finding in warnings:
-        _finding_line(say, wrapped, result, finding, kb, label_w, width, verbose)
+        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose)
 
     say()
     say(("Environment: ", "bold"), environment_summary(report.environment))
@@ -454,14 +487,17 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
     say(("gpudoctor: ", "bold"), (v.line, style))
 
 
-def _finding_line(say: Callable[..., None], wrapped: Callable[..., None], result: Any, finding: Any,
-                  kb: KbLookup, label_w: int, width: int, verbose: bool) -> None:
+def _finding_line(say: Callable[..., None], wrapped: Callable[..., None], column: Callable[..., None],
+                  result: Any, finding: Any, kb: KbLookup, label_w: int, verbose: bool) -> None:
     kb_id = one_line(finding.kb_id, 100)
     severity = "error" if finding.severity == "error" else "warning"
-    room = max(width - 2 - label_w - len(kb_id) - 2, 16)
     summary = one_line(finding.summary)
-    say(("  ", ""), (f"{severity:<{label_w}}", "bold red" if severity == "error" else "bold yellow"),
-        (kb_id, "bold"), "  ", summary if verbose else fit(summary, room))
+    head = [("  ", ""), (f"{severity:<{label_w}}", "bold red" if severity == "error" else "bold yellow"),
+            (kb_id, "bold"), "  "]
+    if verbose:
+        say(*head, summary)
+    else:
+        column(head, 2 + label_w + len(kb_id) + 2, summary, 2 + label_w)
     if finding.steps and not verbose:  # the step for this machine first; -v shows them all
         wrapped(one_line(finding.steps[0]), 2 + label_w)
     say((f"gpudoctor explain {kb_id}", "dim"), indent=2 + label_w)

@@ -1,4 +1,4 @@
-"""The CLI's conventions, for every command (README "Conventions" and "Exit codes"): --format and
+"""The CLI's conventions, for every command (docs/conventions.md: "Conventions" and "Exit codes"): --format and
 -o with the old spellings as aliases, --version, completion, -q/-v, one-line usage errors with exit
 2 and no traceback, outputs checked before any work, files written whole or not at all and never
 through a link, and standard output that is closed, full, a closed pipe or ASCII-only.

@@ -2,7 +2,8 @@
 console script with its standard output on a pty of that size (colour on, as a user sees it), and
 the logical lines it wrote (what a terminal's copy, or `tmux capture-pane -J`, gives back) must hold
 every patch line whole with its +/- prefix, every id and command unbroken, URLs unfolded, and
-evidence once, uncut. The verdict is the first and the last line; probe lines fit the width."""
+evidence once, uncut. The verdict is the first and the last line; probe lines fit the width, their
+summaries wrapped, never cut."""
 from __future__ import annotations
 
 import fcntl
@@ -96,11 +97,16 @@ def test_the_default_page_fits_the_terminal(columns):
     assert code == 1
     nonblank = [line for line in lines if line.strip()]
     assert nonblank[0] == nonblank[-1] == "gpudoctor: NOT HEALTHY (1 problem); fix first: device-side-assert"
-    probe_line = next(line for line in lines if line.startswith("  cli-findings "))
-    assert len(probe_line) <= columns
-    # The summary is shortened only where the terminal is too narrow for it, at a word boundary.
+    at = next(n for n, line in enumerate(lines) if line.startswith("  cli-findings "))
+    assert len(lines[at]) <= columns
+    # The summary is never cut: where the terminal is too narrow for it, it wraps at word
+    # boundaries under its own column, every line within the width.
     summary = "an index out of range in an embedding lookup triggered a device-side assert"
-    assert probe_line.endswith("…" if columns == 80 else summary)
+    start = lines[at].index(summary.split()[0])
+    rows = [lines[at]] + [line for line in lines[at + 1:at + 4] if line[:start].isspace() and line[start:start + 1].strip()]
+    assert " ".join(row[start:].strip() for row in rows) == summary
+    assert len(rows) == (1 if columns == 200 else 2) and all(len(row) <= columns for row in rows)
+    assert "…" not in "\n".join(lines)
     finding = next(line for line in lines if line.startswith("  error     device-side-assert  "))
     assert len(finding) <= columns
     assert "            gpudoctor explain device-side-assert" in lines

@@ -1,6 +1,6 @@
 """Walks every knowledge-base entry: it loads, it is complete, its examples and every message
 template in its catalogue are recognised as itself first, every pattern runs in linear time, and
-everything that refers to it (probes, README) agrees. A new entry that skips any of this fails
+everything that refers to it (probes, the documentation's index) agrees. A new entry that skips any of this fails
 here."""
 from __future__ import annotations
 
@@ -221,9 +221,10 @@ def test_every_id_a_probe_emits_exists():
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
-def test_entry_is_in_the_readme_index(entry, repo_root):
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    assert re.search(rf"^\|\s*`{re.escape(entry.id)}`\s*\|", readme, re.M), f"{entry.id} missing from README index"
+def test_entry_is_in_the_docs_index(entry, repo_root):
+    page = (repo_root / "docs" / "explain.md").read_text(encoding="utf-8")
+    assert re.search(rf"^\|\s*`{re.escape(entry.id)}`\s*\|", page, re.M), \
+        f"{entry.id} missing from the index in docs/explain.md (python tools/docs_tables.py)"
 
 
 def test_malformed_entry_is_rejected_with_its_name():

@@ -1,5 +1,6 @@
-"""The project's promises about itself: the README's test command is what CI runs, the README's
-index is the knowledge base, and the probe registry is the set of probe modules."""
+"""The project's promises about itself: the README's first two commands are the set-up and the
+test command CI runs, the documentation's index is the knowledge base, and the probe registry is
+the set of probe modules."""
 from __future__ import annotations
 
 import re
@@ -15,18 +16,29 @@ def test_readme_shows_the_command_ci_runs(repo_root):
     start = ci.index(command)
     assert "-m pytest" in command and start < ci.index("-m pytest") < start + len(command), \
         "the README's command is the first test run in .ci/run"
-    readme = (repo_root / "README.md").read_text()
-    assert command in readme, f"README must show CI's test command: {command}"
-    assert "gpudoctor scan" in readme.split("## Commands")[0], "the first set-up command runs gpudoctor scan"
+    first, second = setup_commands(repo_root / "README.md")
+    assert "gpudoctor scan" in first, "the README's first command installs gpudoctor and runs gpudoctor scan"
+    assert command in second, f"the README's second command must run CI's test command: {command}"
+    # The documentation's home page shows the same two commands.
+    assert setup_commands(repo_root / "docs" / "index.md") == (first, second)
 
 
-def test_readme_index_is_the_knowledge_base(repo_root):
-    readme = (repo_root / "README.md").read_text()
-    block = re.search(r"<!-- kb-index:start -->\n(.*)<!-- kb-index:end -->", readme, re.S)
-    assert block, "README lost its kb-index markers"
+def setup_commands(path) -> tuple[str, str]:
+    """The first two commands of a page: the command lines of its first shell block."""
+    block = re.search(r"^```sh\n(.*?)^```", path.read_text(), re.S | re.M)
+    assert block, f"{path.name} has no shell block"
+    commands = [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
+    assert len(commands) >= 2, commands
+    return commands[0], commands[1]
+
+
+def test_docs_index_is_the_knowledge_base(repo_root):
+    page = (repo_root / "docs" / "explain.md").read_text()
+    block = re.search(r"<!-- kb-index:start -->\n(.*)<!-- kb-index:end -->", page, re.S)
+    assert block, "docs/explain.md lost its kb-index markers"
     table = subprocess.run([sys.executable, "-m", "gpudoctor", "list", "--markdown"],
                            capture_output=True, text=True, check=True).stdout
-    assert block.group(1) == table, "stale index: run python tools/readme_index.py"
+    assert block.group(1) == table, "stale index: run python tools/docs_tables.py"
 
 
 def test_probe_registry_matches_the_probe_modules(repo_root):
@@ -59,9 +71,7 @@ def test_gpudoctor_does_not_depend_on_torch(repo_root):
     base = [r for r in importlib.metadata.requires("gpudoctor") or [] if "extra ==" not in r]
     names = [re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in base]
     assert "torch" not in names and not [n for n in names if n.startswith("nvidia-") and n != "nvidia-ml-py"]
-    readme = (repo_root / "README.md").read_text()
-    setup = readme.split("## Set up")[1].split("## Commands")[0]
-    first = next(line for line in setup.splitlines() if "gpudoctor scan" in line and not line.startswith("#"))
+    first, _ = setup_commands(repo_root / "README.md")
     # Install gpudoctor alone; add the CPU pin only where no torch can be imported.
     assert "python -m pip install . &&" in first
     assert "{ python -c 'import torch' 2>/dev/null || python -m pip install 'torch==2.13.0'; }" in first

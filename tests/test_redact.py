@@ -436,12 +436,12 @@ def test_the_stream_redactor_is_linear_on_tiny_pieces():
     assert time.process_time() - started < 20
 
 
-# --- the README's table ----------------------------------------------------------------------------------
+# --- the documentation's table (docs/reports.md) -----------------------------------------------------------
 
 
 def _readme_rows() -> list[tuple[str, str, str]]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## What is redacted", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    section = page.split("## What is redacted", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^\| ([^|`]+?) \| `([^`]+)` \| `([^`]+)` \|$", section, re.MULTILINE)
 
 

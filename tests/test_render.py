@@ -101,13 +101,15 @@ def test_terminal_shows_findings_patches_crashes_and_environment():
     assert lines[-2] == "Next: gpudoctor explain xformers-flash-invalid-argument"
     # One line per probe, then findings as id + one line + the explain command; no patch by default.
     assert sum(1 for line in lines if line.startswith("  fp8-matmul ")) == 1
-    assert "  error     xformers-flash-invalid-argument  xformers' flash kernel raises invalid argument on…" in lines
+    at = lines.index("  error     xformers-flash-invalid-argument  xformers' flash kernel raises invalid argument on")
+    assert lines[at + 1] == " " * 45 + "sm_120"  # wrapped under itself, never cut
     assert "            gpudoctor explain xformers-flash-invalid-argument" in lines
     assert "            gpudoctor explain sdpa-no-kernel" in lines
     assert "  crashed   fp8-matmul on cuda:0: worker died with SIGSEGV" in lines
     assert "pipe.disable_xformers" not in out and "not markup" not in out
     assert lines.index("Findings") > lines.index("  matmul-sanity       cpu     pass        205 ms  "
-                                                 "fp32/fp16/bf16 matmul agree with the CPU within…")
+                                                 "fp32/fp16/bf16 matmul agree with the CPU within")
+    assert "…" not in out
     env = next(line for line in lines if line.startswith("Environment: "))
     assert env == ("Environment: torch 2.8.0+cu128 (CUDA 12.8), cuDNN 9.10.2, driver 570.133.20 (CUDA 12.8), "
                    "NVIDIA GeForce RTX 5090 (sm 12.0), Python 3.11.9")
@@ -199,10 +201,14 @@ def test_evidence_is_shown_once_and_never_cut_mid_word():
     assert out.count(long_line) == 1  # the summary line, whole; the evidence copy of it dropped
     out80 = Console(file=io.StringIO(), width=80, color_system=None)
     render_terminal(report, out80, kb=lambda _id: None)
-    text = out80.file.getvalue()
-    shown = next(line for line in text.splitlines() if line.startswith("  error"))
-    assert shown.endswith("…") and len(shown) <= 80
-    assert shown[:-1].rstrip().rsplit(" ", 1)[-1] in long_line.split()  # cut between words
+    lines = out80.file.getvalue().splitlines()
+    at = next(n for n, line in enumerate(lines) if line.startswith("  error"))
+    rows = lines[at:lines.index("            gpudoctor explain view-stride")]
+    assert len(rows) > 1 and all(len(row.rstrip()) <= 80 for row in rows)
+    # Wrapped between words under the summary's column: the whole summary, nothing cut.
+    assert rows[0].startswith("  error     view-stride  RuntimeError: ")
+    assert all(row.startswith(" " * 25) for row in rows[1:])
+    assert " ".join(row[25:].strip() for row in rows) == long_line
 
 
 def test_markdown_starts_with_the_environment_summary():

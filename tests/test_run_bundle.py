@@ -260,6 +260,65 @@ def test_cli_bundle_from_a_real_torch_failure(tmp_path):
     assert "mat1 and mat2 must have the same dtype" in (bundle / "output.log").read_text()
 
 
+def test_the_fix_for_this_machine_comes_from_the_scan():
+    """One source for a finding's steps: the scan's finding for the diagnosed id (the probe knows
+    which cause it is) replaces the entry's generic list and patch in every part of the ticket."""
+    from rich.console import Console
+
+    record = _ticket()
+    assert "steps" not in record["diagnosis"]  # the sample scan has no misaligned-address finding
+    steps = ["x is a view of stride (1, 64): call x.contiguous() before ops.scaled_mm in model.py"]
+    scan = {"results": [
+        {"probe": "contiguity", "findings": [{"kb_id": "view-stride", "steps": ["not this one"]}]},
+        {"probe": "shape-sync", "findings": [{"kb_id": "misaligned-address", "summary": "s", "steps": steps}]},
+    ]}
+    assert ticket.machine_steps(record["diagnosis"], scan) == steps
+    assert ticket.machine_steps(record["diagnosis"], {"results": [{"findings": [{"kb_id": "misaligned-address"}]}]}) == []
+    ticket.attach_scan(record, report_from_dict(_with_steps(steps)), ("shape-sync",), None)
+    assert record["diagnosis"]["steps"] == steps
+    md = ticket.render_markdown(record)
+    assert "#### Fix for this machine (from the scan)\n\n1. x is a view of stride (1, 64)" in md
+    assert "Re-run with CUDA_LAUNCH_BLOCKING=1." not in md and "+y = kernel(x.contiguous())" not in md
+    assert "Every cause and fix: `gpudoctor explain misaligned-address`" in md
+    console = Console(file=__import__("io").StringIO(), width=200, color_system=None)
+    ticket.render_text(record, console, verbose=True)
+    text = console.file.getvalue()
+    assert "Fix for this machine (from the scan):" in text and "1. x is a view of stride (1, 64)" in text
+    assert "Re-run with CUDA_LAUNCH_BLOCKING=1." not in text and "+y = kernel" not in text
+
+
+def _with_steps(steps: list[str]) -> dict:
+    data = json.loads((FIXTURES / "reports" / "sample.json").read_text())
+    data["results"][0]["findings"] = [{"kb_id": "misaligned-address", "summary": "s", "evidence": [],
+                                       "severity": "error", "steps": steps}]
+    data["results"][0]["status"] = "fail"
+    return data
+
+
+@needs_torch
+def test_cli_bundle_gives_the_scans_pinned_torch_for_a_cpu_only_build(tmp_path):
+    """`run --bundle` on a CPU-only torch: the fix it prints, ticket.md and run.json say what the
+    scan says, the CUDA build of this very torch version, never an unpinned `pip install torch`."""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch is a CUDA build; the CPU-only case needs the CPU build")
+    bundle = tmp_path / "bundle"
+    done = gpudoctor("run", "--bundle", str(bundle), "--", sys.executable, script("needs_cuda.py"))
+    assert done.returncode == 1
+    pinned = f"pip install torch=={torch.__version__.split('+')[0]} --index-url"
+    stderr = done.stderr.decode()
+    assert "Fix for this machine (from the scan):" in stderr and pinned in stderr
+    md = (bundle / "ticket.md").read_text()
+    run = json.loads((bundle / "run.json").read_text())
+    assert run["schema_version"] == ticket.RUN_SCHEMA_VERSION and pinned in run["diagnosis"]["steps"][0]
+    scan_steps = [f["steps"] for r in json.loads((bundle / "scan.json").read_text())["results"]
+                  for f in r.get("findings") or [] if f["kb_id"] == "cuda-unavailable"]
+    assert scan_steps and run["diagnosis"]["steps"] == scan_steps[0]
+    for text in (stderr, md):
+        assert "pip install torch --index-url" not in text
+
+
 def test_cli_bundle_secrets_stay_out_and_no_bundle_on_success(tmp_path):
     bundle = tmp_path / "b"
     done = gpudoctor("run", "--bundle", str(bundle), "--no-scan", "--", sys.executable, script("prints_secrets.py"))

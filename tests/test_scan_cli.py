@@ -155,7 +155,7 @@ def test_a_device_torch_does_not_know_or_lacks_is_a_usage_error():
 
 def test_cuda_device_without_usable_cuda_is_a_diagnosis_as_the_readme_says():
     """`scan --device cuda:0` on a machine where torch cannot use CUDA: the `cuda-unavailable`
-    finding and exit 1, not a usage error; the README's table of bad input says the same."""
+    finding and exit 1, not a usage error; the table of bad input in docs/scan.md says the same."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("CUDA is usable here")
@@ -163,6 +163,6 @@ def test_cuda_device_without_usable_cuda_is_a_diagnosis_as_the_readme_says():
     assert result.exit_code == 1, result.output
     [res] = json.loads(result.stdout)["results"]
     assert res["status"] == "fail" and [f["kb_id"] for f in res["findings"]] == ["cuda-unavailable"]
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("| `--device cuda:0`")]
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "scan.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `--device cuda:0`")]
     assert len(rows) == 1 and "exit 1" in rows[0] and "`cuda-unavailable`" in rows[0], rows

@@ -19,7 +19,7 @@ FLEET_KIND = "gpudoctor-fleet-report"
 
 ERROR, WARNING = "error", "warning"
 
-# Finding kinds, in the order the renderers show them (most urgent first). The README lists them.
+# Finding kinds, in the order the renderers show them (most urgent first). docs/fleets.md lists them.
 KINDS: tuple[str, ...] = (
     "missing-node",
     "missing-rank",

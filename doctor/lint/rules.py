@@ -492,7 +492,7 @@ def describe(code: str) -> RuleDoc | None:
 
 
 def markdown_table() -> str:
-    """The README's rule table."""
+    """The rule table in docs/lint.md (python tools/docs_tables.py writes it there)."""
     rows = ["| code | finds | knowledge-base id | fix |", "| --- | --- | --- | --- |"]
     for r in RULES:
         safety = r.fix_safety.split(":", 1)[0]

@@ -1,0 +1,70 @@
+"""The documentation's pictures (docs/pictures/*.svg) are what the current code prints: each is
+rendered again by tools/make_pictures.py, through the real CLI, and compared with the committed
+file. A change to a renderer, a probe summary or a knowledge-base entry that a picture shows fails
+here until `python tools/make_pictures.py` is run; the pages that show the pictures are checked to
+embed them."""
+from __future__ import annotations
+
+import html
+import importlib.util
+import re
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("make_pictures", ROOT / "tools" / "make_pictures.py")
+make_pictures = importlib.util.module_from_spec(_spec)
+sys.modules["make_pictures"] = make_pictures
+_spec.loader.exec_module(make_pictures)
+
+PICTURES = make_pictures.PICTURES_MADE
+STALE = "stale picture: run python tools/make_pictures.py"
+
+
+def screen_text(svg: str) -> list[str]:
+    """The lines of terminal text an SVG shows (rich's export: one <text> per styled run, placed
+    by x on the line given by y)."""
+    runs = re.findall(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg, re.S)
+    lines: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in runs:
+        lines.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
+    return ["".join(t for _, t in sorted(parts)).rstrip() for _, parts in sorted(lines.items())]
+
+
+@pytest.mark.parametrize("picture", PICTURES, ids=[p.name for p in PICTURES])
+def test_picture_is_what_the_code_prints_now(picture):
+    path = ROOT / "docs" / "pictures" / picture.name
+    assert path.exists(), f"docs/pictures/{picture.name} is missing: run python tools/make_pictures.py"
+    committed = path.read_text(encoding="utf-8")
+    fresh = make_pictures.render(picture)
+    if make_pictures.rich_version_of(committed) == version("rich"):
+        assert fresh == committed, STALE
+    else:  # made with another rich, whose SVG template may differ: the screen must still be the same
+        assert screen_text(fresh) == screen_text(committed), STALE
+
+
+def test_rendering_is_deterministic():
+    """No clock, no machine: two renderings are the same file, whatever this machine is called."""
+    picture = PICTURES[0]
+    assert make_pictures.render(picture) == make_pictures.render(picture)
+
+
+def test_the_pictures_show_what_they_say():
+    h100, cpu, explain = (screen_text((ROOT / "docs" / "pictures" / p.name).read_text()) for p in PICTURES)
+    assert h100[0] == h100[-1] == "gpudoctor: healthy" and any("NVIDIA H100 80GB HBM3" in line for line in h100)
+    assert cpu[0] == "gpudoctor: healthy, 1 warning: cuda-unavailable"
+    assert explain[0] == "misaligned-address"
+    # Nothing of the machine that made them, and nothing cut: summaries wrap at the width.
+    for lines in (h100, cpu, explain):
+        assert all(len(line) <= make_pictures.WIDTH for line in lines)
+        assert not any("…" in line for line in lines)
+        assert not any(re.search(r"/(root|work|tmp)/", line) for line in lines)
+
+
+def test_every_picture_is_shown_in_the_documentation():
+    pages = {p.name: p.read_text() for p in (ROOT / "docs").glob("*.md")}
+    for picture in PICTURES:
+        assert any(f"![{picture.alt}](pictures/{picture.name})" in text for text in pages.values()), picture.name

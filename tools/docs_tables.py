@@ -1,0 +1,51 @@
+"""Rewrite the documentation's generated tables from the code: the knowledge-base index in
+docs/explain.md (`gpudoctor list --markdown`) and the lint rule table in docs/lint.md
+(`gpudoctor.lint.rules.markdown_table()`), each between its markers.
+
+    python tools/docs_tables.py     # tests/test_project.py and tests/test_lint_rules.py fail when a table is stale
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+
+
+def index_table() -> str:
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "list", "--markdown"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+def rules_table() -> str:
+    from gpudoctor.lint.rules import markdown_table
+
+    return markdown_table()
+
+
+# page, marker name, the table's text
+TABLES = (("explain.md", "kb-index", index_table), ("lint.md", "lint-rules", rules_table))
+
+
+def rewrite(text: str, marker: str, table: str) -> str:
+    pattern = re.compile(rf"<!-- {marker}:start -->\n.*<!-- {marker}:end -->", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"docs_tables: the {marker} markers are missing")
+    return pattern.sub(lambda _: f"<!-- {marker}:start -->\n{table}<!-- {marker}:end -->", text)
+
+
+def main() -> None:
+    for page, marker, make in TABLES:
+        path = DOCS / page
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text, marker, make())
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"docs_tables: rewrote the {marker} table in docs/{page}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The documentation's pictures of the terminal, made by gpudoctor itself: each runs a real
+command through the CLI (`gpudoctor report FILE`, `gpudoctor explain -f FILE`) onto a recording
+rich Console and saves what it printed as SVG, rich's own export.
+
+    python tools/make_pictures.py           # rewrite docs/pictures/*.svg
+    python tools/make_pictures.py --check   # exit 1 and name the pictures that are stale
+
+tests/test_pictures.py renders every picture again and compares it with the committed file, so a
+change to a renderer, a probe summary or a knowledge-base entry that a picture shows fails the
+suite until this script is run. The rendering is deterministic: a fixed width and title, colour
+forced on, no clock, and redaction run as for a fixed user (`alice` on `gpu-box-17`, home
+/home/alice) with an environment that holds nothing of the machine that makes the picture.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pathlib
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+from unittest import mock
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PICTURES = ROOT / "docs" / "pictures"
+WIDTH = 100  # columns: wide enough for a summary column, narrow enough to read in a README
+
+
+@dataclass(frozen=True)
+class Picture:
+    name: str  # the file in docs/pictures/
+    args: tuple[str, ...]  # gpudoctor's arguments; paths relative to the repository root
+    alt: str  # what the picture shows, for the page that embeds it
+
+    @property
+    def title(self) -> str:
+        return "gpudoctor " + " ".join(self.args)
+
+
+PICTURES_MADE = (
+    Picture("scan-h100.svg", ("report", "docs/validation/h100-torch2.11.0.json"),
+            "gpudoctor's page for a healthy H100 (torch 2.11.0+cu130): every probe passes"),
+    Picture("scan-cpu.svg", ("report", "docs/examples/cpu-only-torch2.13.0.json"),
+            "gpudoctor's page for a machine without a GPU (torch 2.13.0+cpu): healthy, one warning"),
+    Picture("explain.svg", ("explain", "-f", "docs/examples/misaligned-address.txt"),
+            "gpudoctor explain naming a pasted CUDA misaligned-address error, its cause and its fix"),
+)
+
+# The identity redaction runs as: a report or a pasted text is redacted the same on every machine.
+_ENVIRON = {"HOME": "/home/alice", "USER": "alice", "LOGNAME": "alice", "LANG": "C.UTF-8", "TERM": "xterm-256color"}
+
+
+@contextlib.contextmanager
+def _fixed_machine() -> Iterator[None]:
+    from gpudoctor.reports import redact
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, _ENVIRON, clear=True))
+        stack.enter_context(mock.patch.object(redact, "_home", lambda: "/home/alice"))
+        stack.enter_context(mock.patch.object(redact, "_user", lambda: "alice"))
+        stack.enter_context(mock.patch.object(redact, "_host", lambda: "gpu-box-17"))
+        stack.enter_context(mock.patch.object(redact, "_machine_id", lambda: ""))
+        cwd = os.getcwd()
+        os.chdir(ROOT)  # the arguments' paths are the repository's, from any checkout
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+
+
+def render(picture: Picture) -> str:
+    """The SVG of what `gpudoctor <args>` prints on a WIDTH-column colour terminal."""
+    from rich.console import Console
+
+    import typer.main
+
+    from gpudoctor import output
+    from gpudoctor.cli import app
+
+    stderr = io.StringIO()
+    # Consoles are made inside the fixed environment too: COLUMNS, NO_COLOR and friends of the
+    # machine that makes the picture never reach them.
+    with _fixed_machine(), contextlib.redirect_stderr(stderr):
+        console = Console(record=True, file=io.StringIO(), width=WIDTH, height=50, force_terminal=True,
+                          color_system="truecolor", no_color=False, highlight=False, legacy_windows=False,
+                          emoji=False)
+        with mock.patch.object(output, "stdout_console", lambda **_: console):
+            code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
+        if code not in (0, 1):
+            raise SystemExit(f"make_pictures: `{picture.title}` exited {code}: {stderr.getvalue().strip()}")
+        svg = as_a_terminal_shows_it(console).export_svg(title=picture.title)
+    return f"<!-- made by tools/make_pictures.py (rich {_rich_version()}): {picture.title} -->\n{svg}"
+
+
+def as_a_terminal_shows_it(recorded: "Console") -> "Console":
+    """A console holding what `recorded` printed with every line longer than the width wrapped at
+    the width, as a terminal wraps it. gpudoctor prints ids, commands and patches whole
+    (soft_wrap) and leaves the wrapping to the terminal; rich's SVG export would crop them."""
+    from rich.console import Console
+    from rich.segment import Segment
+    from rich.text import Text
+
+    out = Console(record=True, file=io.StringIO(), width=recorded.width, force_terminal=True,
+                  color_system="truecolor", no_color=False, highlight=False, emoji=False)
+    segments = [s for s in recorded._record_buffer if not s.control]
+    for line in Segment.split_lines(segments):
+        text = Text.assemble(*((s.text, s.style) for s in line))
+        text.rstrip()
+        cuts = list(range(recorded.width, len(text), recorded.width))
+        for part in text.divide(cuts) if cuts else [text]:
+            out.print(part, no_wrap=True, overflow="ignore", crop=False, soft_wrap=False)
+    return out
+
+
+def _rich_version() -> str:
+    from importlib.metadata import version
+
+    return version("rich")
+
+
+def rich_version_of(svg: str) -> str | None:
+    """The rich version a committed picture was made with (its first line says)."""
+    head = svg.split("\n", 1)[0]
+    if "(rich " not in head:
+        return None
+    return head.split("(rich ", 1)[1].split(")", 1)[0]
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    PICTURES.mkdir(parents=True, exist_ok=True)
+    stale = []
+    for picture in PICTURES_MADE:
+        path = PICTURES / picture.name
+        svg = render(picture)
+        if path.exists() and path.read_text(encoding="utf-8") == svg:
+            continue
+        stale.append(picture.name)
+        if not check:
+            path.write_text(svg, encoding="utf-8")
+            print(f"make_pictures: wrote docs/pictures/{picture.name} ({picture.title})")
+    if check and stale:
+        print(f"make_pictures: stale: {', '.join(stale)}; run python tools/make_pictures.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

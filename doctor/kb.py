@@ -63,7 +63,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 try:
     import tomllib
@@ -529,6 +529,30 @@ def _entry_files() -> list[str]:
     return sorted(os.path.join(_FOLDER, n) for n in names if n.endswith(".toml"))
 
 
+def entry_ids() -> list[str]:
+    """The ids of every entry, from the file names alone (nothing is read)."""
+    return [os.path.basename(f)[:-len(".toml")] for f in _entry_files()]
+
+
+def fingerprint() -> list[list[object]]:
+    """What the entries and their derived patterns depend on, cheaply: the name, size and
+    modification time of every entry file and of this module (which derives the templates'
+    keywords). Anything cached from the knowledge base is valid only for the same fingerprint."""
+    out: list[list[object]] = []
+    for path in [*_entry_files(), os.path.abspath(__file__)]:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise KnowledgeBaseError(f"cannot read {path}: {exc.strerror}") from None
+        out.append([os.path.basename(path), st.st_size, st.st_mtime_ns])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_by_id(entry_id: str) -> Entry:
+    return _load_file(os.path.join(_FOLDER, f"{entry_id}.toml"))
+
+
 def _load_file(path: str) -> Entry:
     name = os.path.basename(path)
     try:
@@ -565,17 +589,38 @@ def _with_borrowed_templates(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
 @functools.lru_cache(maxsize=1)
 def load_all() -> tuple[Entry, ...]:
     """Every entry, sorted by id. Raises KnowledgeBaseError on the first malformed file."""
-    return _with_borrowed_templates(tuple(_load_file(f) for f in _entry_files()))
+    return _with_borrowed_templates(tuple(_entry_by_id(i) for i in entry_ids()))
 
 
-@functools.lru_cache(maxsize=1)
-def _index() -> dict[str, Entry]:
-    """ids and aliases (case-folded) to entries."""
-    index: dict[str, Entry] = {}
-    for entry in load_all():
+def load_entries(ids: Iterable[str]) -> tuple[Entry, ...]:
+    """The entries named by `ids` and those whose templates they borrow (`templates_from`),
+    sorted by id, borrowed templates in place: what `load_all` gives for them, reading only their
+    files. Raises KnowledgeBaseError for an id with no file or a malformed file."""
+    wanted = set(ids)
+    todo = list(wanted)
+    while todo:
+        for owner in _entry_by_id(todo.pop()).templates_from:
+            if owner not in wanted:
+                wanted.add(owner)
+                todo.append(owner)
+    return _with_borrowed_templates(tuple(_entry_by_id(i) for i in sorted(wanted)))
+
+
+def names_of(entries: Iterable[Entry]) -> dict[str, str]:
+    """ids and aliases (case-folded) to ids, the first entry (by id) keeping a shared name."""
+    names: dict[str, str] = {}
+    for entry in entries:
         for name in (entry.id, *entry.aliases):
-            index.setdefault(name.casefold(), entry)
-    return index
+            names.setdefault(name.casefold(), entry.id)
+    return names
+
+
+def _names() -> dict[str, str]:
+    """Every id and alias, case-folded, to its id: from the cached index (gpudoctor.kbcache),
+    so that a name or a pasted text that is no name costs no full read of the entries."""
+    from gpudoctor.kbcache import catalogue_index
+
+    return catalogue_index().names
 
 
 def load_entry(name: str) -> Entry | None:
@@ -585,8 +630,9 @@ def load_entry(name: str) -> Entry | None:
         # Fast path for an exact id: read that one file instead of the whole knowledge base.
         path = os.path.join(_FOLDER, f"{key}.toml")
         if os.path.isfile(path):
-            return _load_file(path)
-    return _index().get(key)
+            return _entry_by_id(key)
+    entry_id = _names().get(key)
+    return _entry_by_id(entry_id) if entry_id is not None else None
 
 
 def suggest(name: str, limit: int = 3) -> list[str]:
@@ -594,13 +640,13 @@ def suggest(name: str, limit: int = 3) -> list[str]:
     import difflib
 
     key = name.strip().casefold()
-    index = _index()
-    hits = difflib.get_close_matches(key, list(index), n=limit * 3, cutoff=0.6)
+    names = _names()
+    hits = difflib.get_close_matches(key, list(names), n=limit * 3, cutoff=0.6)
     # Substring hits help for partial words such as "misaligned" or "oom".
-    hits += [k for k in index if len(key) >= 3 and key in k]
+    hits += [k for k in names if len(key) >= 3 and key in k]
     seen: list[str] = []
     for k in hits:
-        entry_id = index[k].id
+        entry_id = names[k]
         if entry_id not in seen:
             seen.append(entry_id)
     return seen[:limit]

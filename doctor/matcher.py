@@ -11,7 +11,10 @@ The rules, in order:
    `_MAX_LINES_PER_KEYWORD` lines per keyword and chunk are tried (a log repeating one warning a
    million times adds nothing after the first few), and a pattern sees at most `_WINDOW`
    characters either side of its keyword, so no line, however long, costs more than a bounded
-   amount of work.
+   amount of work. A pasted error (one chunk up to `_LAZY_CHARS`) is matched against only the
+   entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.kbcache),
+   which ranks it exactly as all entries would: an entry without a keyword in the text has no
+   line to match.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
    gpudoctor.predicates) holds for the values it captured; the predicate's sentence becomes the
    deciding evidence. When no pattern of a keyword matches a line that holds it, a message
@@ -68,6 +71,7 @@ _CONTEXT_CAP = 0.25
 _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
+_LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
 
 _DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
 _ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
@@ -182,9 +186,7 @@ class Matcher:
         self._lines_before = 0
 
     def feed(self, chunk: str) -> None:
-        if "\x1b" in chunk:
-            chunk = _ANSI.sub("", chunk)
-        chunk = _single_spaced(chunk)
+        chunk = _normalised(chunk)
         index = _LineIndex(chunk, self._lines_before)
         lines_seen = dict.fromkeys(self._by_keyword, 0)
         if self._trigger is not None:
@@ -486,23 +488,61 @@ def _evidence_text(window: str, keyword: str | None) -> str:
     return ("…" if begin > 0 else "") + text[begin:end].strip() + ("…" if end < len(text) else "")
 
 
+def _normalised(chunk: str) -> str:
+    """A chunk as `Matcher.feed` searches it: colours removed, runs of spaces made one."""
+    if "\x1b" in chunk:
+        chunk = _ANSI.sub("", chunk)
+    return _single_spaced(chunk)
+
+
+def entries_for(text: str) -> tuple[Entry, ...]:
+    """The entries `text` can match: those with a pattern whose keyword occurs in it (rule 1),
+    found in the knowledge base's keyword index (gpudoctor.kbcache) and read alone. A matcher
+    over them ranks `text` exactly as one over every entry does."""
+    from gpudoctor.kb import load_entries
+    from gpudoctor.kbcache import catalogue_index
+
+    text = _normalised(text)
+    lowered: str | None = None
+    ids: set[str] = set()
+    for keyword, folded, users in catalogue_index().keywords:
+        if folded:
+            if lowered is None:
+                lowered = text.lower()
+                if len(lowered) != len(text):
+                    lowered = text.replace("\u0130", "I").lower()
+            if keyword in lowered:
+                ids.update(users)
+        elif keyword in text:
+            ids.update(users)
+    return load_entries(ids)
+
+
 def match_text(text: str) -> list[Match]:
     """Rank the known failures in `text`, best first (see the module docstring for the rules)."""
-    matcher = Matcher()
-    matcher.feed(text)
-    return matcher.results()
+    return match_chunks([text])
 
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
     """The same for input read in chunks that end at line boundaries (large logs). Chunks that
     know the input's line number of their first line (`gpudoctor.textinput.Chunks.first_line`,
     set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
-    so the lines named as evidence are the log's own."""
-    matcher = Matcher()
-    started = False
-    for chunk in chunks:
-        if not started:
-            matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
-            started = True
-        matcher.feed(chunk)
+    so the lines named as evidence are the log's own.
+
+    Input of one chunk up to `_LAZY_CHARS` (a pasted error, a short log) is matched against
+    only the entries it can match (`entries_for`), so that the rest are never read; a larger
+    input against every entry, whose keywords the needle trie finds faster than one search
+    per keyword."""
+    source = iter(chunks)
+    first = next(source, None)
+    if first is None:
+        return []
+    second = next(source, None)
+    matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
+    matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+    matcher.feed(first)
+    if second is not None:
+        matcher.feed(second)
+        for chunk in source:
+            matcher.feed(chunk)
     return matcher.results()

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
+from gpudoctor.pasted import join_wrapped, normalise as normalise_pasted
 from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
@@ -72,6 +73,8 @@ _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
 _LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
+_JOIN_CHARS = 64 * 1024  # gutters and wrapped lines are undone in chunks up to this size (pasted text)
+_WRAP_LINES = 3  # a message hard-wrapped when it was pasted is looked for across this many more lines
 
 _DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
 _ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
@@ -136,17 +139,60 @@ class _Hits:
 
 
 class _LineIndex:
-    """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it)."""
+    """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it),
+    and the chunk's lines as the user wrote them (`original`: the same lines before the pasted
+    forms were undone, gpudoctor.pasted), which the evidence quotes."""
 
-    def __init__(self, chunk: str, base: int) -> None:
+    def __init__(self, chunk: str, base: int, original: str | None = None,
+                 spans: dict[int, int] | None = None) -> None:
         self.chunk = chunk
         self.base = base
+        self.original = original
+        self.spans = spans or {}  # line index in the chunk -> input lines joined into it
         self._newlines: list[int] | None = None
+        self._original_newlines: list[int] | None = None
 
     def line_of(self, offset: int) -> int:
         if self._newlines is None:
             self._newlines = [m.start() for m in re.finditer("\n", self.chunk)]
         return self.base + bisect.bisect_left(self._newlines, offset) + 1
+
+    def original_lines(self, first: int, count: int) -> str | None:
+        """Lines `first` (a line number from `line_of`) and the `count - 1` after it as the user
+        wrote them, joined by a space; None when the chunk was not changed."""
+        if self.original is None:
+            return None
+        if self._original_newlines is None:
+            self._original_newlines = [-1] + [m.start() for m in re.finditer("\n", self.original)]
+        marks = self._original_newlines
+        i = first - self.base - 1
+        wanted: list[int] = []
+        for k in range(i, i + count):
+            wanted += [n for n in range(k, k + self.spans.get(k, 1)) if n not in wanted]
+        lines = []
+        for k in wanted:
+            if k >= len(marks):
+                break
+            end = marks[k + 1] if k + 1 < len(marks) else len(self.original)
+            piece = self.original[marks[k] + 1:end]
+            cut = piece.find("\r") if len(wanted) > 1 else -1  # a carriage return ends a line too
+            lines.append((piece if cut < 0 else piece[:cut]).strip())
+        return " ".join(line for line in lines if line)
+
+    def following(self, end: int, count: int) -> list[str]:
+        """Up to `count` lines of the chunk after the line that ends at offset `end`."""
+        out = []
+        pos = end
+        while len(out) < count and pos < len(self.chunk) and self.chunk[pos] in "\r\n":
+            nxt = self.chunk.find("\n", pos + 1, pos + 1 + _WINDOW)
+            line = self.chunk[pos + 1:nxt if nxt >= 0 else min(len(self.chunk), pos + 1 + _WINDOW)]
+            if not line.strip():
+                break
+            out.append(line.strip())
+            if nxt < 0:
+                break
+            pos = nxt
+        return out
 
 
 class Matcher:
@@ -186,8 +232,8 @@ class Matcher:
         self._lines_before = 0
 
     def feed(self, chunk: str) -> None:
-        chunk = _normalised(chunk)
-        index = _LineIndex(chunk, self._lines_before)
+        chunk, original, spans = _prepared(chunk)
+        index = _LineIndex(chunk, self._lines_before, original, spans)
         lines_seen = dict.fromkeys(self._by_keyword, 0)
         if self._trigger is not None:
             # One pass finds every line holding a needle; each line (once per distinct text) is
@@ -251,11 +297,39 @@ class Matcher:
                 self._record(entry, pattern, pattern.weight, window, start, index, m, decided)
             elif pattern.cut is not None or id(pattern) in self._fragmentable:
                 fragments.append((entry, pattern))
-        if not understood:
-            # A message cut short by the end of the line, or its opening words without the
-            # rest: wrapped or cut when it was pasted (rule 2).
-            for entry, pattern in fragments:
+        # A message cut short by the end of the line, or its opening words without the rest:
+        # wrapped onto the next lines when it was pasted (then it matches them joined, at its
+        # full weight), or cut, which counts only when no pattern understood the line (rule 2).
+        for entry, pattern in fragments:
+            if not self._record_wrapped(entry, pattern, window, start, index, at) and not understood:
                 self._record_fragment(entry, pattern, window, start, index, at)
+
+    def _record_wrapped(self, entry: Entry, pattern: Pattern, window: str, start: int,
+                        index: _LineIndex, at: int) -> bool:
+        """A template whose line ends inside it, matched by the line joined with the next
+        `_WRAP_LINES` lines (by a space, or by nothing where a terminal broke a word)."""
+        if pattern.cut is None:
+            return False
+        begin = 0 if pattern.reach is None else max(0, at - pattern.reach)
+        head = window.rstrip()
+        if pattern.cut[0].search(head, begin) is None:
+            return False
+        following = index.following(start + len(window), _WRAP_LINES)
+        for n in range(1, len(following) + 1):
+            rest = " ".join(following[:n])
+            for glue in (" ", ""):
+                joined = head + glue + rest
+                m = pattern.regex.search(joined, begin)
+                if m is None or m.end() <= len(head):
+                    continue
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        return True  # the whole message says it is the look-alike
+                self._record(entry, pattern, pattern.weight, joined, start, index, m, decided, lines=n + 1)
+                return True
+        return False
 
     def _record_fragment(self, entry: Entry, pattern: Pattern, window: str, start: int,
                          index: _LineIndex, at: int) -> None:
@@ -275,13 +349,17 @@ class Matcher:
             self._record(entry, pattern, weight, window, start, index)
 
     def _record(self, entry: Entry, pattern: Pattern, weight: float, window: str, start: int,
-                index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None) -> None:
+                index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None,
+                lines: int = 1) -> None:
         hits = self._hits.setdefault(entry.id, _Hits())
         line = index.line_of(start)
         if weight > hits.weights.get(pattern.name, 0.0):
             hits.weights[pattern.name] = weight
             hits.roles[pattern.name] = pattern.role
-        text = _evidence_text(window, pattern.keyword if not pattern.ignore_case else None)
+        # The evidence quotes the user's own line(s), as pasted (quote marks, entities and all).
+        quoted = index.original_lines(line, lines)
+        text = _evidence_text(window if quoted is None else quoted,
+                              pattern.keyword if not pattern.ignore_case else None)
         if pattern.role == "against":
             if text not in hits.against:
                 hits.against.append(text)
@@ -488,11 +566,22 @@ def _evidence_text(window: str, keyword: str | None) -> str:
     return ("…" if begin > 0 else "") + text[begin:end].strip() + ("…" if end < len(text) else "")
 
 
-def _normalised(chunk: str) -> str:
-    """A chunk as `Matcher.feed` searches it: colours removed, runs of spaces made one."""
+def _prepared(chunk: str) -> tuple[str, str | None, dict[int, int]]:
+    """(the chunk as `Matcher.feed` searches it, the chunk as the user wrote it or None when that
+    is the same, the wrapped lines joined {line index: input lines}): colours removed, pasted
+    forms undone (gpudoctor.pasted; gutters and wrapped lines only in chunks up to `_JOIN_CHARS`,
+    pasted text rather than a program's log), runs of spaces made one. Every line keeps its
+    number."""
     if "\x1b" in chunk:
         chunk = _ANSI.sub("", chunk)
-    return _single_spaced(chunk)
+    original = chunk
+    pasted = len(chunk) <= _JOIN_CHARS
+    chunk = normalise_pasted(chunk, pasted=pasted)
+    spans: dict[int, int] = {}
+    if pasted:
+        chunk, spans = join_wrapped(chunk)
+    chunk = _single_spaced(chunk)
+    return chunk, (None if chunk == original else original), spans
 
 
 def entries_for(text: str) -> tuple[Entry, ...]:
@@ -502,7 +591,7 @@ def entries_for(text: str) -> tuple[Entry, ...]:
     from gpudoctor.kb import load_entries
     from gpudoctor.kbcache import catalogue_index
 
-    text = _normalised(text)
+    text = _prepared(text)[0]
     lowered: str | None = None
     ids: set[str] = set()
     for keyword, folded, users in catalogue_index().keywords:

@@ -19,6 +19,9 @@ An entry file `<id>.toml` holds:
     consequence   true for errors that are usually a symptom of a failure elsewhere (an NCCL
                   watchdog timeout, a cuBLAS execution failure): they rank below an earlier
                   specific error in the same log
+    wrapper       true for messages that carry another error inside them (an NCCL watchdog that
+                  "terminated with exception: CUDA error: ..."): an error found on the wrapper's
+                  line, or on the line after it, decides, and the wrapper is its context
     supersedes    ids this entry outranks when both match (attention-oom supersedes cuda-oom)
     templates_from ids whose message templates this entry also recognises (attention-oom reads
                   cuda-oom's out-of-memory messages, then needs its own evidence)
@@ -318,6 +321,7 @@ class Entry:
     generic: bool
     sticky: bool
     consequence: bool
+    wrapper: bool
     supersedes: tuple[str, ...]
     templates_from: tuple[str, ...]
     min_support: int
@@ -487,6 +491,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         generic=bool(data.get("generic", False)),
         sticky=bool(data.get("sticky", False)),
         consequence=bool(data.get("consequence", False)),
+        wrapper=bool(data.get("wrapper", False)),
         supersedes=_strings(data, "supersedes", where, default=[]),
         templates_from=templates_from,
         min_support=int(data.get("min_support", 0)),

@@ -24,6 +24,10 @@ The rules, in order:
    characters long (the message wrapped onto the next line).
 3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
    of its `support` patterns or derived facts did. Support patterns alone never match anything.
+   A weak anchor (weight under `_WEAK_ANCHOR`: a reading of a message that another entry owns,
+   such as a bare cuBLAS status read as an FP8 layout rule) needs a fact or a support pattern of
+   its entry to lead: with neither, the entry's confidence stays under `CONFIDENT`
+   (`_UNSUPPORTED_CAP`), so it can neither lead nor demote the entry that owns the message.
 4. Derived facts (the entry's `facts`) look at all values the entry captured, across lines, and
    count as one support each (an allocation larger than the GPU makes an out-of-memory an
    attention-oom; cuBLASLt dimensions that are not multiples of 16 make a cuBLAS status an FP8
@@ -31,7 +35,9 @@ The rules, in order:
 5. Confidence is 1 - prod(1 - weight) over the distinct patterns and facts that matched, capped
    at 0.99, then scaled by (1 - weight) for every `against` pattern that matched (a compiler frame
    beside a "must be contiguous", a DataLoader frame beside "not resizable").
-6. Precedence. An entry that `supersedes` another (a more specific reading of the same message)
+6. Precedence. A `wrapper` (an NCCL watchdog that terminated with a CUDA error) that carries
+   another match on its line or on the line after it is that error's context: the inner error
+   decides, even when it is generic. An entry that `supersedes` another (a more specific reading of the same message)
    demotes it when both match and it is confident, or nearly as confident. A `generic` entry
    (the "might be asynchronously reported" trailer, a torch.compile failure that wraps the real
    error) is only context beside a confident specific match: its confidence is capped at
@@ -72,6 +78,8 @@ _CONTEXT_CAP = 0.25
 _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
+_WEAK_ANCHOR = 0.5
+_UNSUPPORTED_CAP = 0.45
 _LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
 _JOIN_CHARS = 64 * 1024  # gutters and wrapped lines are undone in chunks up to this size (pasted text)
 _WRAP_LINES = 3  # a message hard-wrapped when it was pasted is looked for across this many more lines
@@ -136,6 +144,7 @@ class _Hits:
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
+    strong_anchor: bool = False  # an anchor of weight `_WEAK_ANCHOR` or more matched
 
 
 class _LineIndex:
@@ -366,6 +375,7 @@ class Matcher:
             return
         if pattern.role == "anchor":
             hits.anchor_lines.append(line)
+            hits.strong_anchor = hits.strong_anchor or pattern.weight >= _WEAK_ANCHOR
         if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
             hits.evidence[text] = line
         if decided and decided not in hits.decided_by:
@@ -378,6 +388,7 @@ class Matcher:
     def results(self) -> list[Match]:
         by_id = {e.id: e for e in self.entries}
         matches: dict[str, Match] = {}
+        anchor_lines: dict[str, set[int]] = {}
         for entry_id, hits in self._hits.items():
             entry = by_id[entry_id]
             if not hits.anchor_lines:
@@ -399,6 +410,8 @@ class Matcher:
             for w in weights:
                 miss *= 1.0 - w
             confidence = min(0.99, 1.0 - miss)
+            if not hits.strong_anchor and supports == 0:
+                confidence = min(confidence, _UNSUPPORTED_CAP)  # rule 3: a weak reading alone
             for name, w in hits.weights.items():
                 if hits.roles[name] == "against":
                     confidence *= 1.0 - w
@@ -407,7 +420,8 @@ class Matcher:
                 lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
                 against=tuple(hits.against[:3]), first_line=min(hits.anchor_lines),
             )
-        _apply_precedence(matches)
+            anchor_lines[entry_id] = set(hits.anchor_lines)
+        _apply_precedence(matches, anchor_lines)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
@@ -420,14 +434,24 @@ def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None)
                    consequence_of=consequence_of or m.consequence_of)
 
 
-def _apply_precedence(matches: dict[str, Match]) -> None:
+def _apply_precedence(matches: dict[str, Match], anchor_lines: dict[str, set[int]] | None = None) -> None:
     """Rules 6 and 7 of the module docstring, in place."""
+    lines = anchor_lines or {}
+    for wrapper in [m for m in matches.values() if m.entry.wrapper]:
+        carried = {n + d for n in lines.get(wrapper.id, {wrapper.first_line}) for d in (0, 1)}
+        inner = sorted((m for m in matches.values() if m is not wrapper and not m.entry.wrapper
+                        and m.confidence >= _MIN_CONFIDENCE and lines.get(m.id, {m.first_line}) & carried),
+                       key=lambda m: (-m.confidence, m.first_line))
+        if inner:
+            matches[wrapper.id] = _demote(wrapper, min(wrapper.confidence, inner[0].confidence * 0.5),
+                                          (inner[0].id, inner[0].first_line))
     for m in list(matches.values()):
         for loser in m.entry.supersedes:
             other = matches.get(loser)
             if other is not None and not other.context_only and (m.confidence >= CONFIDENT or m.confidence >= other.confidence * 0.9):
                 matches[loser] = _demote(other, m.confidence * 0.5)
-    confident = [m for m in matches.values() if not m.entry.generic and m.confidence >= CONFIDENT]
+    confident = [m for m in matches.values() if not m.entry.generic and not m.context_only
+                 and m.confidence >= CONFIDENT]
     for m in list(matches.values()):
         if m.entry.generic and confident:
             matches[m.id] = _demote(m, _CONTEXT_CAP)

@@ -295,3 +295,52 @@ def test_json_1_1_fields():
     assert isinstance(first["decided_by"], list) and isinstance(first["against"], list)
     entry = data["entry"]
     assert entry["misconceptions"] is not None and "corrections" in entry  # 1.0 readers keep their field
+
+
+# --- a reading that needs a fact, and an error inside a wrapper ----------------------------------
+
+
+def test_a_bare_cublaslt_status_without_fp8_facts_is_the_cublas_status_error():
+    """The FP8 layout reading of a cuBLASLt status needs a fact (FP8 operand types, FP8 sizes,
+    _scaled_mm): without one it stays under confident and does not demote the generic entry."""
+    text = ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with "
+            "transpose_mat1 1 transpose_mat2 0\n")
+    out = match_text(text)
+    assert out[0].id == "cublas-status-error" and not out[0].context_only
+    fp8 = [m for m in out if m.id == "fp8-layout"]
+    assert not fp8 or fp8[0].confidence < CONFIDENT
+    with_fact = match_text(text.rstrip("\n") + " m 4096 n 24 k 4096\n")
+    assert with_fact[0].id == "fp8-layout" and with_fact[0].decided_by
+    with_stack = match_text("  File \"fp8.py\", line 9, in f\n    y = torch._scaled_mm(a, b)\n" + text)
+    assert with_stack[0].id == "fp8-layout"
+
+
+WATCHDOG = ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Process group watchdog thread terminated with "
+            "exception: CUDA error: {inner}\n")
+
+
+@pytest.mark.parametrize("inner, expected", [
+    ("unspecified launch failure", "async-error-reporting"),  # generic, yet inside a wrapper it decides
+    ("an illegal memory access was encountered", "illegal-memory-access"),
+    ("misaligned address", "misaligned-address"),
+])
+def test_an_error_inside_the_nccl_watchdog_decides_and_the_watchdog_is_its_context(inner, expected):
+    out = match_text(WATCHDOG.format(inner=inner) + "CUDA kernel errors might be asynchronously reported at some "
+                     "other API call, so the stacktrace below might be incorrect.\n")
+    assert out[0].id == expected and not out[0].context_only
+    watchdog = next(m for m in out if m.id == "nccl-watchdog-timeout")
+    assert watchdog.context_only and watchdog.consequence_of == (expected, 1)
+
+
+def test_an_error_on_the_line_after_the_wrapper_is_inside_it_too():
+    text = ("terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG 0 Rank 3] Process group watchdog thread terminated with exception:\n"
+            "CUDA error: an illegal memory access was encountered\n")
+    assert match_text(text)[0].id == "illegal-memory-access"
+
+
+def test_a_watchdog_timeout_alone_is_still_the_watchdog():
+    text = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n")
+    out = match_text(text)
+    assert out[0].id == "nccl-watchdog-timeout" and not out[0].context_only

@@ -21,7 +21,8 @@ The rules, in order:
    template still counts, at `_FRAGMENT_FACTOR` of its weight, if the line ends inside it (the
    message cut short: at least 60% of its literal text, at least 20 characters, and its predicate
    still holds) or if the keyword is the template's opening words and at least `_FRAGMENT_MIN`
-   characters long (the message wrapped onto the next line).
+   characters long (the message wrapped onto the next line, or retyped), unless another
+   template matches that line whole (a look-alike message that shares the opening words).
 3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
    of its `support` patterns or derived facts did. Support patterns alone never match anything.
    A weak anchor (weight under `_WEAK_ANCHOR`: a reading of a message that another entry owns,
@@ -237,6 +238,8 @@ class Matcher:
             and (p.template.text.lower() if p.ignore_case else p.template.text).startswith(p.keyword)
         }
         self._hits: dict[str, _Hits] = {}
+        self._deferred: list[tuple[Entry, Pattern, float, str, int, _LineIndex]] = []
+        self._whole_lines: set[int] = set()  # offsets (in the chunk) of lines a template matched whole
         self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
 
@@ -273,6 +276,11 @@ class Matcher:
                 haystack = lowered
             for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
                 self._try_line(self._by_keyword[key], window, start, index, at)
+        for entry, pattern, weight, window, start, idx in self._deferred:
+            if start not in self._whole_lines:
+                self._record(entry, pattern, weight, window, start, idx)
+        self._deferred.clear()
+        self._whole_lines.clear()
         self._lines_before += chunk.count("\n")
 
     def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
@@ -298,6 +306,8 @@ class Matcher:
             m = pattern.regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
             if m is not None:
                 understood = True
+                if pattern.template is not None and pattern.role == "anchor":
+                    self._whole_lines.add(start)
                 decided = None
                 if pattern.when is not None:
                     decided = LINE_PREDICATES[pattern.when](m.groupdict())
@@ -355,7 +365,10 @@ class Matcher:
                 self._record(entry, pattern, weight, window, start, index, m, decided)
                 return
         if id(pattern) in self._fragmentable:
-            self._record(entry, pattern, weight, window, start, index)
+            # Opening words whose line goes on differently: a wrapped message, unless another
+            # entry's template matches that line whole (a look-alike sharing the opening words,
+            # such as two cuBLAS calls): decided once the whole chunk is read.
+            self._deferred.append((entry, pattern, weight, window, start, index))
 
     def _record(self, entry: Entry, pattern: Pattern, weight: float, window: str, start: int,
                 index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None,

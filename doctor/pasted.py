@@ -11,6 +11,9 @@ line (gpudoctor.matcher keeps the original beside the normalised text):
   program's log has no gutter, and looking for one in a large log costs time).
 - HTML entities: `&quot;`, `&#39;`, `&lt;`, `&gt;`, `&amp;` from text copied out of a web page
   or an e-mail.
+- URL encoding: `libtorch_cuda.so:%20undefined%20symbol:%20ncclCommRegister` from a search
+  link or a tracker's URL, on lines with at least two escapes of spaces and punctuation (never
+  a new line).
 - Full-width and typographic punctuation from an input method or a word processor: `：（）＂`,
   the ideographic space, curly quotes. Prose in another language around the message stays as it
   is; only these characters, which sources never print, become their ASCII forms.
@@ -40,6 +43,10 @@ _GUTTER = re.compile(r"^[ \t]{0,8}(\d{1,7})" + _GUTTER_SEP)
 _TWO_GUTTERS = re.compile(r"^[ \t]{0,8}\d{1,7}" + _GUTTER_SEP + r"[^\n]*\n[ \t]{0,8}\d{1,7}" + _GUTTER_SEP,
                           re.MULTILINE)
 _MIN_GUTTER_RUN = 3
+# %20 (space) and the punctuation error messages hold: ! " # $ % & ' ( ) * + , - . / : ; = ? [ ] _ { }
+_PERCENT = re.compile(r"%(?:2[0-9A-Fa-f]|3[AaBbDdFf]|5[BbDdFf]|7[BbDd])")
+_PERCENT_TWICE = re.compile(_PERCENT.pattern + r"[^\n%]{0,200}" + _PERCENT.pattern)
+_PERCENT_LINE = re.compile(r"[^\n]*" + _PERCENT.pattern + r"[^\n]{0,200}?" + _PERCENT.pattern + r"[^\n]*")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});")
 _WIDE = re.compile("[\u3000\uff01-\uff5e\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033"
                    "\u2010\u2011\u2012\u2013\u2014\u2212\u00a0\u2007\u202f\u200b\ufeff]")
@@ -58,6 +65,8 @@ def normalise(chunk: str, *, pasted: bool = True) -> str:
         chunk = _QUOTED.sub("", chunk)
     if pasted and _TWO_GUTTERS.search(chunk):
         chunk = _strip_gutters(chunk)
+    if "%" in chunk and _PERCENT_TWICE.search(chunk):
+        chunk = _PERCENT_LINE.sub(lambda m: _PERCENT.sub(lambda e: chr(int(e.group(0)[1:], 16)), m.group(0)), chunk)
     if "&" in chunk and _ENTITY.search(chunk):
         chunk = _unescape(chunk)
     if not chunk.isascii() and _WIDE.search(chunk):

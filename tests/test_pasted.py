@@ -143,3 +143,11 @@ def test_lines_that_start_a_record_of_their_own_are_not_joined():
             "(RayWorker pid=123) INFO something that is long enough to have been wrapped by the terminal\n"
             "(pid=124) more\n")
     assert join_wrapped(text) == (text, {})
+
+
+def test_url_encoded_text_from_a_link_is_decoded_and_quoted_as_pasted():
+    pasted = "import error\n\nlibtorch_cuda.so:%20undefined%20symbol:%20ncclCommRegister\n"
+    m = best(pasted)
+    assert (m.id, m.first_line) == ("nccl-version-mismatch", 3)
+    assert m.evidence[0] == "libtorch_cuda.so:%20undefined%20symbol:%20ncclCommRegister"
+    assert normalise("100% done, 5% left\na%0Ab%20c%20d") == "100% done, 5% left\na%0Ab c d"  # never a new line

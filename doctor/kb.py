@@ -155,7 +155,11 @@ def _literal_tokens(text: str) -> list[str]:
             i = j
             continue
         if ch in _QUOTES:
-            out.append("[`'\"\u2018\u2019]?")  # any quote, or none: Markdown eats backticks
+            # Any quote, or none: Markdown eats backticks. A closing quote after a word still
+            # ends that word ('torch' is not the start of 'torch_mlu').
+            closing = i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_") \
+                and not (i + 1 < len(text) and (text[i + 1].isalnum() or text[i + 1] == "_"))
+            out.append(("(?![A-Za-z0-9_])" if closing else "") + "[`'\"\u2018\u2019]?")
         elif ch in "/\\":
             out.append(r"[\\/]{1,2}")  # either separator; Windows paths are often pasted doubled
         else:

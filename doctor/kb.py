@@ -44,10 +44,13 @@ An entry file `<id>.toml` holds:
                        time and becomes a capture, `{{`/`}}` are literal braces; `project`,
                        `file` and `versions` say where it comes from; optional `weight`
                        (default 0.9), `role`, `when` (a line predicate, see the matcher),
-                       `values` (sample values for the catalogue test) and `ignore_case`
+                       `values` (sample values for the catalogue test), `ignore_case` and
+                       `needs_support` (an anchor that reads another entry's message: it counts
+                       only beside a support pattern or derived fact of this entry)
     [[patterns]]       hand-written regexes for what is not a message template (stack frames,
                        tracker spellings): name, regex, keyword, weight (0..1),
-                       role ("anchor" | "support" | "against"), optional ignore_case and when;
+                       role ("anchor" | "support" | "against"), optional ignore_case, when and
+                       needs_support;
                        `keyword` is a literal substring every match contains, used to find
                        candidate lines fast in large logs (lower-case when ignore_case)
     [[examples]]       text, source (URL of the public report it was copied from)
@@ -124,6 +127,7 @@ class Template:
     when: str | None = None
     values: tuple[tuple[str, str], ...] = ()
     ignore_case: bool = False
+    needs_support: bool = False
 
     def sample(self) -> str:
         """The template filled in with sample values (`values`, else one per placeholder kind)."""
@@ -271,6 +275,7 @@ class Pattern:
     when: str | None = None
     template: Template | None = None  # set when the pattern was derived from a message template
     reach: int | None = None  # a template's most characters before its keyword (None: unknown)
+    needs_support: bool = False  # an anchor that counts only beside a support or fact of its entry
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -403,6 +408,7 @@ def _parse_template(t: dict[str, Any], where: str) -> Template:
         when=_when(t, where),
         values=tuple(sorted(values.items())),
         ignore_case=bool(t.get("ignore_case", False)),
+        needs_support=bool(t.get("needs_support", False)),
     )
 
 
@@ -411,7 +417,7 @@ def template_pattern(template: Template, name: str) -> Pattern:
     if template.ignore_case:
         keyword = keyword.lower()
     return Pattern(name, source, keyword, template.weight, template.role, template.ignore_case,
-                   template.when, template, reach)
+                   template.when, template, reach, template.needs_support)
 
 
 def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
@@ -435,7 +441,8 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         if not keyword or (ignore_case and keyword != keyword.lower()):
             raise KnowledgeBaseError(f"{pw}: keyword must be a non-empty literal (lower-case with ignore_case)")
         patterns.append(Pattern(_req(p, "name", str, pw), _req(p, "regex", str, pw), keyword,
-                                _weight(p, pw), _role(p, pw), ignore_case, _when(p, pw)))
+                                _weight(p, pw), _role(p, pw), ignore_case, _when(p, pw),
+                                needs_support=bool(p.get("needs_support", False))))
     templates = []
     for i, t in enumerate(data.get("templates", [])):
         tw = f"{where}: templates[{i}]"

@@ -25,10 +25,10 @@ The rules, in order:
    template matches that line whole (a look-alike message that shares the opening words).
 3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
    of its `support` patterns or derived facts did. Support patterns alone never match anything.
-   A weak anchor (weight under `_WEAK_ANCHOR`: a reading of a message that another entry owns,
-   such as a bare cuBLAS status read as an FP8 layout rule) needs a fact or a support pattern of
-   its entry to lead: with neither, the entry's confidence stays under `CONFIDENT`
-   (`_UNSUPPORTED_CAP`), so it can neither lead nor demote the entry that owns the message.
+   An anchor marked `needs_support` (a reading of a message that another entry owns, such as a
+   bare cuBLAS status read as an FP8 layout rule, or a CUDA error read as a forked worker's)
+   counts only beside a fact or a support pattern of its entry: alone it matches nothing, so it
+   can neither lead nor demote the entry that owns the message.
 4. Derived facts (the entry's `facts`) look at all values the entry captured, across lines, and
    count as one support each (an allocation larger than the GPU makes an out-of-memory an
    attention-oom; cuBLASLt dimensions that are not multiples of 16 make a cuBLAS status an FP8
@@ -79,8 +79,6 @@ _CONTEXT_CAP = 0.25
 _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
-_WEAK_ANCHOR = 0.5
-_UNSUPPORTED_CAP = 0.45
 _LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
 _JOIN_CHARS = 64 * 1024  # gutters and wrapped lines are undone in chunks up to this size (pasted text)
 _WRAP_LINES = 3  # a message hard-wrapped when it was pasted is looked for across this many more lines
@@ -145,7 +143,7 @@ class _Hits:
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
-    strong_anchor: bool = False  # an anchor of weight `_WEAK_ANCHOR` or more matched
+    free_anchor: bool = False  # an anchor that needs no support matched
 
 
 class _LineIndex:
@@ -388,7 +386,7 @@ class Matcher:
             return
         if pattern.role == "anchor":
             hits.anchor_lines.append(line)
-            hits.strong_anchor = hits.strong_anchor or pattern.weight >= _WEAK_ANCHOR
+            hits.free_anchor = hits.free_anchor or not pattern.needs_support
         if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
             hits.evidence[text] = line
         if decided and decided not in hits.decided_by:
@@ -423,8 +421,8 @@ class Matcher:
             for w in weights:
                 miss *= 1.0 - w
             confidence = min(0.99, 1.0 - miss)
-            if not hits.strong_anchor and supports == 0:
-                confidence = min(confidence, _UNSUPPORTED_CAP)  # rule 3: a weak reading alone
+            if not hits.free_anchor and supports == 0:
+                continue  # rule 3: a reading of another entry's message, alone, is no match
             for name, w in hits.weights.items():
                 if hits.roles[name] == "against":
                     confidence *= 1.0 - w

@@ -105,6 +105,18 @@ def _templated(entry_id, text, **extra):
     return _entry(entry_id, [], templates=[{"text": text, "project": "p", "file": "f", "versions": "v"}], **extra)
 
 
+def test_an_anchor_that_needs_support_matches_only_beside_it():
+    """Rule 3: a reading of another entry's message (needs_support) alone matches nothing; with a
+    support pattern of its entry it counts."""
+    reading = _entry("fork", [_pat("err", "initialization error", r"CUDA error: initialization error", 0.45,
+                                   needs_support=True),
+                              _pat("worker", "worker process", r"DataLoader worker process", 0.5, role="support")])
+    assert ranked([reading], "RuntimeError: CUDA error: initialization error\n") == []
+    beside = ranked([reading], "Caught RuntimeError in DataLoader worker process 0.\n"
+                               "RuntimeError: CUDA error: initialization error\n")
+    assert [m.id for m in beside] == ["fork"] and beside[0].confidence > 0.7
+
+
 def test_opening_words_on_a_line_another_template_matches_whole_are_a_look_alike():
     """Rule 2: a template's opening words count as the message wrapped or retyped, unless another
     entry's template matches that line whole (two messages that start alike)."""

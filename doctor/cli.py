@@ -227,7 +227,8 @@ _LINT_CODE = re.compile(r"^GPU\d{3}$", re.IGNORECASE)
 def explain(
     query: Optional[str] = typer.Argument(
         None, metavar="[ID|TEXT|-]",
-        help="A knowledge-base id or alias, a lint rule code (GPU001), an error message, or - to read standard input."
+        help="A knowledge-base id or alias, a lint rule code (GPU001), an error message, or - to read standard "
+             "input (read too when nothing is given and standard input is not a terminal)."
     ),
     file: Optional[str] = typer.Option(None, "--file", "-f", metavar="LOG", help="Read the error text from a log file."),
     fmt: Optional[Format] = format_option(),
@@ -245,7 +246,13 @@ def explain(
     if file is not None and query is not None:
         _fail("give either text (or -) or --file, not both")
     if file is None and query is None:
-        _fail("nothing to explain: give an id, an error text, - for stdin, or --file LOG")
+        # Nothing given: read standard input when something is piped into it, as grep and jq do
+        # (`python train.py 2>&1 | gpudoctor explain`); a terminal there is a person who forgot
+        # the text.
+        if not _stdin_is_piped():
+            _fail("nothing to explain: give an id or an error text, pipe a log in "
+                  "(`python train.py 2>&1 | gpudoctor explain`), or --file LOG")
+        query = "-"
     if as_json and fmt not in (None, Format.json):
         _fail("--json and --format both given; use --format")
     [out] = plan_outputs(Format.json if as_json else fmt, output, inputs=[file] if file else ())
@@ -299,6 +306,14 @@ def explain(
         raise typer.Exit(EXIT_FINDINGS)
 
 
+def _stdin_is_piped() -> bool:
+    """Standard input is there and is not a terminal (a pipe, a file, /dev/null)."""
+    try:
+        return sys.stdin is not None and not sys.stdin.isatty()
+    except (ValueError, OSError):  # closed
+        return False
+
+
 def _match(query: Optional[str], file: Optional[str]) -> Any:
     """The ranked matches for pasted text, standard input (-) or a log file."""
     from gpudoctor import explain as ex
@@ -327,7 +342,8 @@ def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> N
 
     if quiet:
         rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in result.matches]
-        rows = rows or [(result.entry.id, "", result.entry.title)]
+        if not rows and result.entry is not None:  # by id
+            rows = [(result.entry.id, "", result.entry.title)]
         for kb_id, confidence, title in rows:
             console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
         return

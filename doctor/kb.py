@@ -19,6 +19,9 @@ An entry file `<id>.toml` holds:
     consequence   true for errors that are usually a symptom of a failure elsewhere (an NCCL
                   watchdog timeout, a cuBLAS execution failure): they rank below an earlier
                   specific error in the same log
+    wrapper       true for messages that carry another error inside them (an NCCL watchdog that
+                  "terminated with exception: CUDA error: ..."): an error found on the wrapper's
+                  line, or on the line after it, decides, and the wrapper is its context
     supersedes    ids this entry outranks when both match (attention-oom supersedes cuda-oom)
     templates_from ids whose message templates this entry also recognises (attention-oom reads
                   cuda-oom's out-of-memory messages, then needs its own evidence)
@@ -41,10 +44,13 @@ An entry file `<id>.toml` holds:
                        time and becomes a capture, `{{`/`}}` are literal braces; `project`,
                        `file` and `versions` say where it comes from; optional `weight`
                        (default 0.9), `role`, `when` (a line predicate, see the matcher),
-                       `values` (sample values for the catalogue test) and `ignore_case`
+                       `values` (sample values for the catalogue test), `ignore_case` and
+                       `needs_support` (an anchor that reads another entry's message: it counts
+                       only beside a support pattern or derived fact of this entry)
     [[patterns]]       hand-written regexes for what is not a message template (stack frames,
                        tracker spellings): name, regex, keyword, weight (0..1),
-                       role ("anchor" | "support" | "against"), optional ignore_case and when;
+                       role ("anchor" | "support" | "against"), optional ignore_case, when and
+                       needs_support;
                        `keyword` is a literal substring every match contains, used to find
                        candidate lines fast in large logs (lower-case when ignore_case)
     [[examples]]       text, source (URL of the public report it was copied from)
@@ -63,7 +69,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 try:
     import tomllib
@@ -121,6 +127,7 @@ class Template:
     when: str | None = None
     values: tuple[tuple[str, str], ...] = ()
     ignore_case: bool = False
+    needs_support: bool = False
 
     def sample(self) -> str:
         """The template filled in with sample values (`values`, else one per placeholder kind)."""
@@ -152,7 +159,11 @@ def _literal_tokens(text: str) -> list[str]:
             i = j
             continue
         if ch in _QUOTES:
-            out.append("[`'\"\u2018\u2019]?")  # any quote, or none: Markdown eats backticks
+            # Any quote, or none: Markdown eats backticks. A closing quote after a word still
+            # ends that word ('torch' is not the start of 'torch_mlu').
+            closing = i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_") \
+                and not (i + 1 < len(text) and (text[i + 1].isalnum() or text[i + 1] == "_"))
+            out.append(("(?![A-Za-z0-9_])" if closing else "") + "[`'\"\u2018\u2019]?")
         elif ch in "/\\":
             out.append(r"[\\/]{1,2}")  # either separator; Windows paths are often pasted doubled
         else:
@@ -264,6 +275,7 @@ class Pattern:
     when: str | None = None
     template: Template | None = None  # set when the pattern was derived from a message template
     reach: int | None = None  # a template's most characters before its keyword (None: unknown)
+    needs_support: bool = False  # an anchor that counts only beside a support or fact of its entry
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -318,6 +330,7 @@ class Entry:
     generic: bool
     sticky: bool
     consequence: bool
+    wrapper: bool
     supersedes: tuple[str, ...]
     templates_from: tuple[str, ...]
     min_support: int
@@ -395,6 +408,7 @@ def _parse_template(t: dict[str, Any], where: str) -> Template:
         when=_when(t, where),
         values=tuple(sorted(values.items())),
         ignore_case=bool(t.get("ignore_case", False)),
+        needs_support=bool(t.get("needs_support", False)),
     )
 
 
@@ -403,7 +417,7 @@ def template_pattern(template: Template, name: str) -> Pattern:
     if template.ignore_case:
         keyword = keyword.lower()
     return Pattern(name, source, keyword, template.weight, template.role, template.ignore_case,
-                   template.when, template, reach)
+                   template.when, template, reach, template.needs_support)
 
 
 def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
@@ -427,7 +441,8 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         if not keyword or (ignore_case and keyword != keyword.lower()):
             raise KnowledgeBaseError(f"{pw}: keyword must be a non-empty literal (lower-case with ignore_case)")
         patterns.append(Pattern(_req(p, "name", str, pw), _req(p, "regex", str, pw), keyword,
-                                _weight(p, pw), _role(p, pw), ignore_case, _when(p, pw)))
+                                _weight(p, pw), _role(p, pw), ignore_case, _when(p, pw),
+                                needs_support=bool(p.get("needs_support", False))))
     templates = []
     for i, t in enumerate(data.get("templates", [])):
         tw = f"{where}: templates[{i}]"
@@ -487,6 +502,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         generic=bool(data.get("generic", False)),
         sticky=bool(data.get("sticky", False)),
         consequence=bool(data.get("consequence", False)),
+        wrapper=bool(data.get("wrapper", False)),
         supersedes=_strings(data, "supersedes", where, default=[]),
         templates_from=templates_from,
         min_support=int(data.get("min_support", 0)),
@@ -529,6 +545,30 @@ def _entry_files() -> list[str]:
     return sorted(os.path.join(_FOLDER, n) for n in names if n.endswith(".toml"))
 
 
+def entry_ids() -> list[str]:
+    """The ids of every entry, from the file names alone (nothing is read)."""
+    return [os.path.basename(f)[:-len(".toml")] for f in _entry_files()]
+
+
+def fingerprint() -> list[list[object]]:
+    """What the entries and their derived patterns depend on, cheaply: the name, size and
+    modification time of every entry file and of this module (which derives the templates'
+    keywords). Anything cached from the knowledge base is valid only for the same fingerprint."""
+    out: list[list[object]] = []
+    for path in [*_entry_files(), os.path.abspath(__file__)]:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise KnowledgeBaseError(f"cannot read {path}: {exc.strerror}") from None
+        out.append([os.path.basename(path), st.st_size, st.st_mtime_ns])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_by_id(entry_id: str) -> Entry:
+    return _load_file(os.path.join(_FOLDER, f"{entry_id}.toml"))
+
+
 def _load_file(path: str) -> Entry:
     name = os.path.basename(path)
     try:
@@ -565,17 +605,38 @@ def _with_borrowed_templates(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
 @functools.lru_cache(maxsize=1)
 def load_all() -> tuple[Entry, ...]:
     """Every entry, sorted by id. Raises KnowledgeBaseError on the first malformed file."""
-    return _with_borrowed_templates(tuple(_load_file(f) for f in _entry_files()))
+    return _with_borrowed_templates(tuple(_entry_by_id(i) for i in entry_ids()))
 
 
-@functools.lru_cache(maxsize=1)
-def _index() -> dict[str, Entry]:
-    """ids and aliases (case-folded) to entries."""
-    index: dict[str, Entry] = {}
-    for entry in load_all():
+def load_entries(ids: Iterable[str]) -> tuple[Entry, ...]:
+    """The entries named by `ids` and those whose templates they borrow (`templates_from`),
+    sorted by id, borrowed templates in place: what `load_all` gives for them, reading only their
+    files. Raises KnowledgeBaseError for an id with no file or a malformed file."""
+    wanted = set(ids)
+    todo = list(wanted)
+    while todo:
+        for owner in _entry_by_id(todo.pop()).templates_from:
+            if owner not in wanted:
+                wanted.add(owner)
+                todo.append(owner)
+    return _with_borrowed_templates(tuple(_entry_by_id(i) for i in sorted(wanted)))
+
+
+def names_of(entries: Iterable[Entry]) -> dict[str, str]:
+    """ids and aliases (case-folded) to ids, the first entry (by id) keeping a shared name."""
+    names: dict[str, str] = {}
+    for entry in entries:
         for name in (entry.id, *entry.aliases):
-            index.setdefault(name.casefold(), entry)
-    return index
+            names.setdefault(name.casefold(), entry.id)
+    return names
+
+
+def _names() -> dict[str, str]:
+    """Every id and alias, case-folded, to its id: from the cached index (gpudoctor.kbcache),
+    so that a name or a pasted text that is no name costs no full read of the entries."""
+    from gpudoctor.kbcache import catalogue_index
+
+    return catalogue_index().names
 
 
 def load_entry(name: str) -> Entry | None:
@@ -585,8 +646,9 @@ def load_entry(name: str) -> Entry | None:
         # Fast path for an exact id: read that one file instead of the whole knowledge base.
         path = os.path.join(_FOLDER, f"{key}.toml")
         if os.path.isfile(path):
-            return _load_file(path)
-    return _index().get(key)
+            return _entry_by_id(key)
+    entry_id = _names().get(key)
+    return _entry_by_id(entry_id) if entry_id is not None else None
 
 
 def suggest(name: str, limit: int = 3) -> list[str]:
@@ -594,13 +656,13 @@ def suggest(name: str, limit: int = 3) -> list[str]:
     import difflib
 
     key = name.strip().casefold()
-    index = _index()
-    hits = difflib.get_close_matches(key, list(index), n=limit * 3, cutoff=0.6)
+    names = _names()
+    hits = difflib.get_close_matches(key, list(names), n=limit * 3, cutoff=0.6)
     # Substring hits help for partial words such as "misaligned" or "oom".
-    hits += [k for k in index if len(key) >= 3 and key in k]
+    hits += [k for k in names if len(key) >= 3 and key in k]
     seen: list[str] = []
     for k in hits:
-        entry_id = index[k].id
+        entry_id = names[k]
         if entry_id not in seen:
             seen.append(entry_id)
     return seen[:limit]

@@ -11,16 +11,24 @@ The rules, in order:
    `_MAX_LINES_PER_KEYWORD` lines per keyword and chunk are tried (a log repeating one warning a
    million times adds nothing after the first few), and a pattern sees at most `_WINDOW`
    characters either side of its keyword, so no line, however long, costs more than a bounded
-   amount of work.
+   amount of work. A pasted error (one chunk up to `_LAZY_CHARS`) is matched against only the
+   entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.kbcache),
+   which ranks it exactly as all entries would: an entry without a keyword in the text has no
+   line to match.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
    gpudoctor.predicates) holds for the values it captured; the predicate's sentence becomes the
    deciding evidence. When no pattern of a keyword matches a line that holds it, a message
    template still counts, at `_FRAGMENT_FACTOR` of its weight, if the line ends inside it (the
    message cut short: at least 60% of its literal text, at least 20 characters, and its predicate
    still holds) or if the keyword is the template's opening words and at least `_FRAGMENT_MIN`
-   characters long (the message wrapped onto the next line).
+   characters long (the message wrapped onto the next line, or retyped), unless another
+   template matches that line whole (a look-alike message that shares the opening words).
 3. An entry matches when at least one of its `anchor` patterns matched and at least `min_support`
    of its `support` patterns or derived facts did. Support patterns alone never match anything.
+   An anchor marked `needs_support` (a reading of a message that another entry owns, such as a
+   bare cuBLAS status read as an FP8 layout rule, or a CUDA error read as a forked worker's)
+   counts only beside a fact or a support pattern of its entry: alone it matches nothing, so it
+   can neither lead nor demote the entry that owns the message.
 4. Derived facts (the entry's `facts`) look at all values the entry captured, across lines, and
    count as one support each (an allocation larger than the GPU makes an out-of-memory an
    attention-oom; cuBLASLt dimensions that are not multiples of 16 make a cuBLAS status an FP8
@@ -28,7 +36,9 @@ The rules, in order:
 5. Confidence is 1 - prod(1 - weight) over the distinct patterns and facts that matched, capped
    at 0.99, then scaled by (1 - weight) for every `against` pattern that matched (a compiler frame
    beside a "must be contiguous", a DataLoader frame beside "not resizable").
-6. Precedence. An entry that `supersedes` another (a more specific reading of the same message)
+6. Precedence. A `wrapper` (an NCCL watchdog that terminated with a CUDA error) that carries
+   another match on its line or on the line after it is that error's context: the inner error
+   decides, even when it is generic. An entry that `supersedes` another (a more specific reading of the same message)
    demotes it when both match and it is confident, or nearly as confident. A `generic` entry
    (the "might be asynchronously reported" trailer, a torch.compile failure that wraps the real
    error) is only context beside a confident specific match: its confidence is capped at
@@ -52,6 +62,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.kb import Entry, Pattern, load_all
+from gpudoctor.pasted import join_wrapped, normalise as normalise_pasted
 from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
@@ -68,6 +79,9 @@ _CONTEXT_CAP = 0.25
 _MIN_CONFIDENCE = 0.2
 CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
+_LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
+_JOIN_CHARS = 64 * 1024  # gutters and wrapped lines are undone in chunks up to this size (pasted text)
+_WRAP_LINES = 3  # a message hard-wrapped when it was pasted is looked for across this many more lines
 
 _DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
 _ANSI = re.compile(r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]")
@@ -129,20 +143,64 @@ class _Hits:
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
+    free_anchor: bool = False  # an anchor that needs no support matched
 
 
 class _LineIndex:
-    """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it)."""
+    """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it),
+    and the chunk's lines as the user wrote them (`original`: the same lines before the pasted
+    forms were undone, gpudoctor.pasted), which the evidence quotes."""
 
-    def __init__(self, chunk: str, base: int) -> None:
+    def __init__(self, chunk: str, base: int, original: str | None = None,
+                 spans: dict[int, int] | None = None) -> None:
         self.chunk = chunk
         self.base = base
+        self.original = original
+        self.spans = spans or {}  # line index in the chunk -> input lines joined into it
         self._newlines: list[int] | None = None
+        self._original_newlines: list[int] | None = None
 
     def line_of(self, offset: int) -> int:
         if self._newlines is None:
             self._newlines = [m.start() for m in re.finditer("\n", self.chunk)]
         return self.base + bisect.bisect_left(self._newlines, offset) + 1
+
+    def original_lines(self, first: int, count: int) -> str | None:
+        """Lines `first` (a line number from `line_of`) and the `count - 1` after it as the user
+        wrote them, joined by a space; None when the chunk was not changed."""
+        if self.original is None:
+            return None
+        if self._original_newlines is None:
+            self._original_newlines = [-1] + [m.start() for m in re.finditer("\n", self.original)]
+        marks = self._original_newlines
+        i = first - self.base - 1
+        wanted: list[int] = []
+        for k in range(i, i + count):
+            wanted += [n for n in range(k, k + self.spans.get(k, 1)) if n not in wanted]
+        lines = []
+        for k in wanted:
+            if k >= len(marks):
+                break
+            end = marks[k + 1] if k + 1 < len(marks) else len(self.original)
+            piece = self.original[marks[k] + 1:end]
+            cut = piece.find("\r") if len(wanted) > 1 else -1  # a carriage return ends a line too
+            lines.append((piece if cut < 0 else piece[:cut]).strip())
+        return " ".join(line for line in lines if line)
+
+    def following(self, end: int, count: int) -> list[str]:
+        """Up to `count` lines of the chunk after the line that ends at offset `end`."""
+        out = []
+        pos = end
+        while len(out) < count and pos < len(self.chunk) and self.chunk[pos] in "\r\n":
+            nxt = self.chunk.find("\n", pos + 1, pos + 1 + _WINDOW)
+            line = self.chunk[pos + 1:nxt if nxt >= 0 else min(len(self.chunk), pos + 1 + _WINDOW)]
+            if not line.strip():
+                break
+            out.append(line.strip())
+            if nxt < 0:
+                break
+            pos = nxt
+        return out
 
 
 class Matcher:
@@ -178,14 +236,14 @@ class Matcher:
             and (p.template.text.lower() if p.ignore_case else p.template.text).startswith(p.keyword)
         }
         self._hits: dict[str, _Hits] = {}
+        self._deferred: list[tuple[Entry, Pattern, float, str, int, _LineIndex]] = []
+        self._whole_lines: set[int] = set()  # offsets (in the chunk) of lines a template matched whole
         self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
 
     def feed(self, chunk: str) -> None:
-        if "\x1b" in chunk:
-            chunk = _ANSI.sub("", chunk)
-        chunk = _single_spaced(chunk)
-        index = _LineIndex(chunk, self._lines_before)
+        chunk, original, spans = _prepared(chunk)
+        index = _LineIndex(chunk, self._lines_before, original, spans)
         lines_seen = dict.fromkeys(self._by_keyword, 0)
         if self._trigger is not None:
             # One pass finds every line holding a needle; each line (once per distinct text) is
@@ -216,6 +274,11 @@ class Matcher:
                 haystack = lowered
             for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
                 self._try_line(self._by_keyword[key], window, start, index, at)
+        for entry, pattern, weight, window, start, idx in self._deferred:
+            if start not in self._whole_lines:
+                self._record(entry, pattern, weight, window, start, idx)
+        self._deferred.clear()
+        self._whole_lines.clear()
         self._lines_before += chunk.count("\n")
 
     def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
@@ -241,6 +304,8 @@ class Matcher:
             m = pattern.regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
             if m is not None:
                 understood = True
+                if pattern.template is not None and pattern.role == "anchor":
+                    self._whole_lines.add(start)
                 decided = None
                 if pattern.when is not None:
                     decided = LINE_PREDICATES[pattern.when](m.groupdict())
@@ -249,11 +314,39 @@ class Matcher:
                 self._record(entry, pattern, pattern.weight, window, start, index, m, decided)
             elif pattern.cut is not None or id(pattern) in self._fragmentable:
                 fragments.append((entry, pattern))
-        if not understood:
-            # A message cut short by the end of the line, or its opening words without the
-            # rest: wrapped or cut when it was pasted (rule 2).
-            for entry, pattern in fragments:
+        # A message cut short by the end of the line, or its opening words without the rest:
+        # wrapped onto the next lines when it was pasted (then it matches them joined, at its
+        # full weight), or cut, which counts only when no pattern understood the line (rule 2).
+        for entry, pattern in fragments:
+            if not self._record_wrapped(entry, pattern, window, start, index, at) and not understood:
                 self._record_fragment(entry, pattern, window, start, index, at)
+
+    def _record_wrapped(self, entry: Entry, pattern: Pattern, window: str, start: int,
+                        index: _LineIndex, at: int) -> bool:
+        """A template whose line ends inside it, matched by the line joined with the next
+        `_WRAP_LINES` lines (by a space, or by nothing where a terminal broke a word)."""
+        if pattern.cut is None:
+            return False
+        begin = 0 if pattern.reach is None else max(0, at - pattern.reach)
+        head = window.rstrip()
+        if pattern.cut[0].search(head, begin) is None:
+            return False
+        following = index.following(start + len(window), _WRAP_LINES)
+        for n in range(1, len(following) + 1):
+            rest = " ".join(following[:n])
+            for glue in (" ", ""):
+                joined = head + glue + rest
+                m = pattern.regex.search(joined, begin)
+                if m is None or m.end() <= len(head):
+                    continue
+                decided = None
+                if pattern.when is not None:
+                    decided = LINE_PREDICATES[pattern.when](m.groupdict())
+                    if decided is None:
+                        return True  # the whole message says it is the look-alike
+                self._record(entry, pattern, pattern.weight, joined, start, index, m, decided, lines=n + 1)
+                return True
+        return False
 
     def _record_fragment(self, entry: Entry, pattern: Pattern, window: str, start: int,
                          index: _LineIndex, at: int) -> None:
@@ -270,22 +363,30 @@ class Matcher:
                 self._record(entry, pattern, weight, window, start, index, m, decided)
                 return
         if id(pattern) in self._fragmentable:
-            self._record(entry, pattern, weight, window, start, index)
+            # Opening words whose line goes on differently: a wrapped message, unless another
+            # entry's template matches that line whole (a look-alike sharing the opening words,
+            # such as two cuBLAS calls): decided once the whole chunk is read.
+            self._deferred.append((entry, pattern, weight, window, start, index))
 
     def _record(self, entry: Entry, pattern: Pattern, weight: float, window: str, start: int,
-                index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None) -> None:
+                index: _LineIndex, m: re.Match[str] | None = None, decided: str | None = None,
+                lines: int = 1) -> None:
         hits = self._hits.setdefault(entry.id, _Hits())
         line = index.line_of(start)
         if weight > hits.weights.get(pattern.name, 0.0):
             hits.weights[pattern.name] = weight
             hits.roles[pattern.name] = pattern.role
-        text = _evidence_text(window, pattern.keyword if not pattern.ignore_case else None)
+        # The evidence quotes the user's own line(s), as pasted (quote marks, entities and all).
+        quoted = index.original_lines(line, lines)
+        text = _evidence_text(window if quoted is None else quoted,
+                              pattern.keyword if not pattern.ignore_case else None)
         if pattern.role == "against":
             if text not in hits.against:
                 hits.against.append(text)
             return
         if pattern.role == "anchor":
             hits.anchor_lines.append(line)
+            hits.free_anchor = hits.free_anchor or not pattern.needs_support
         if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
             hits.evidence[text] = line
         if decided and decided not in hits.decided_by:
@@ -298,6 +399,7 @@ class Matcher:
     def results(self) -> list[Match]:
         by_id = {e.id: e for e in self.entries}
         matches: dict[str, Match] = {}
+        anchor_lines: dict[str, set[int]] = {}
         for entry_id, hits in self._hits.items():
             entry = by_id[entry_id]
             if not hits.anchor_lines:
@@ -319,6 +421,8 @@ class Matcher:
             for w in weights:
                 miss *= 1.0 - w
             confidence = min(0.99, 1.0 - miss)
+            if not hits.free_anchor and supports == 0:
+                continue  # rule 3: a reading of another entry's message, alone, is no match
             for name, w in hits.weights.items():
                 if hits.roles[name] == "against":
                     confidence *= 1.0 - w
@@ -327,7 +431,8 @@ class Matcher:
                 lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
                 against=tuple(hits.against[:3]), first_line=min(hits.anchor_lines),
             )
-        _apply_precedence(matches)
+            anchor_lines[entry_id] = set(hits.anchor_lines)
+        _apply_precedence(matches, anchor_lines)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
@@ -340,14 +445,24 @@ def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None)
                    consequence_of=consequence_of or m.consequence_of)
 
 
-def _apply_precedence(matches: dict[str, Match]) -> None:
+def _apply_precedence(matches: dict[str, Match], anchor_lines: dict[str, set[int]] | None = None) -> None:
     """Rules 6 and 7 of the module docstring, in place."""
+    lines = anchor_lines or {}
+    for wrapper in [m for m in matches.values() if m.entry.wrapper]:
+        carried = {n + d for n in lines.get(wrapper.id, {wrapper.first_line}) for d in (0, 1)}
+        inner = sorted((m for m in matches.values() if m is not wrapper and not m.entry.wrapper
+                        and m.confidence >= _MIN_CONFIDENCE and lines.get(m.id, {m.first_line}) & carried),
+                       key=lambda m: (-m.confidence, m.first_line))
+        if inner:
+            matches[wrapper.id] = _demote(wrapper, min(wrapper.confidence, inner[0].confidence * 0.5),
+                                          (inner[0].id, inner[0].first_line))
     for m in list(matches.values()):
         for loser in m.entry.supersedes:
             other = matches.get(loser)
             if other is not None and not other.context_only and (m.confidence >= CONFIDENT or m.confidence >= other.confidence * 0.9):
                 matches[loser] = _demote(other, m.confidence * 0.5)
-    confident = [m for m in matches.values() if not m.entry.generic and m.confidence >= CONFIDENT]
+    confident = [m for m in matches.values() if not m.entry.generic and not m.context_only
+                 and m.confidence >= CONFIDENT]
     for m in list(matches.values()):
         if m.entry.generic and confident:
             matches[m.id] = _demote(m, _CONTEXT_CAP)
@@ -486,23 +601,72 @@ def _evidence_text(window: str, keyword: str | None) -> str:
     return ("…" if begin > 0 else "") + text[begin:end].strip() + ("…" if end < len(text) else "")
 
 
+def _prepared(chunk: str) -> tuple[str, str | None, dict[int, int]]:
+    """(the chunk as `Matcher.feed` searches it, the chunk as the user wrote it or None when that
+    is the same, the wrapped lines joined {line index: input lines}): colours removed, pasted
+    forms undone (gpudoctor.pasted; gutters and wrapped lines only in chunks up to `_JOIN_CHARS`,
+    pasted text rather than a program's log), runs of spaces made one. Every line keeps its
+    number."""
+    if "\x1b" in chunk:
+        chunk = _ANSI.sub("", chunk)
+    original = chunk
+    pasted = len(chunk) <= _JOIN_CHARS
+    chunk = normalise_pasted(chunk, pasted=pasted)
+    spans: dict[int, int] = {}
+    if pasted:
+        chunk, spans = join_wrapped(chunk)
+    chunk = _single_spaced(chunk)
+    return chunk, (None if chunk == original else original), spans
+
+
+def entries_for(text: str) -> tuple[Entry, ...]:
+    """The entries `text` can match: those with a pattern whose keyword occurs in it (rule 1),
+    found in the knowledge base's keyword index (gpudoctor.kbcache) and read alone. A matcher
+    over them ranks `text` exactly as one over every entry does."""
+    from gpudoctor.kb import load_entries
+    from gpudoctor.kbcache import catalogue_index
+
+    text = _prepared(text)[0]
+    lowered: str | None = None
+    ids: set[str] = set()
+    for keyword, folded, users in catalogue_index().keywords:
+        if folded:
+            if lowered is None:
+                lowered = text.lower()
+                if len(lowered) != len(text):
+                    lowered = text.replace("\u0130", "I").lower()
+            if keyword in lowered:
+                ids.update(users)
+        elif keyword in text:
+            ids.update(users)
+    return load_entries(ids)
+
+
 def match_text(text: str) -> list[Match]:
     """Rank the known failures in `text`, best first (see the module docstring for the rules)."""
-    matcher = Matcher()
-    matcher.feed(text)
-    return matcher.results()
+    return match_chunks([text])
 
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
     """The same for input read in chunks that end at line boundaries (large logs). Chunks that
     know the input's line number of their first line (`gpudoctor.textinput.Chunks.first_line`,
     set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
-    so the lines named as evidence are the log's own."""
-    matcher = Matcher()
-    started = False
-    for chunk in chunks:
-        if not started:
-            matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
-            started = True
-        matcher.feed(chunk)
+    so the lines named as evidence are the log's own.
+
+    Input of one chunk up to `_LAZY_CHARS` (a pasted error, a short log) is matched against
+    only the entries it can match (`entries_for`), so that the rest are never read; a larger
+    input against every entry, whose keywords the needle trie finds faster than one search
+    per keyword."""
+    source = iter(chunks)
+    first = next(source, None)
+    if first is None:
+        return []
+    second = next(source, None)
+    matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
+    matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+    matcher.feed(first)
+    if second is not None:
+        matcher.feed(second)
+        for chunk in source:
+            matcher.feed(chunk)
     return matcher.results()

@@ -14,6 +14,12 @@ Line predicates (`when = "..."` on a template or pattern) look at the values one
                      Float8_*/Float4_* in newer builds)
     not-fp8-operands the call names its operand types and they are not FP8/FP4
     not-alloc-failed a cuBLAS status other than ALLOC_FAILED (which is an out-of-memory)
+    layout-condition the condition of a failed check (`Expected <cond> to be true, but got false`,
+                     a TORCH_CHECK without a message in an extension) is about strides or
+                     contiguity, and not about FP8 operands
+    fp8-condition    the condition names FP8/FP4 types (`b.dtype() == at::kFloat8_e4m3fn`)
+    materialising-backend  a log names an attention backend that builds the whole score matrix
+                     (eager flex attention, the math or eager path), not a fused kernel
 
 Entry facts (`facts = [...]` on an entry) look at everything the entry captured in the text and
 count as one support each:
@@ -145,6 +151,35 @@ def not_alloc_failed(c: Captures) -> str | None:
     return None if "ALLOC_FAILED" in status else f"cuBLAS reported {status or 'an error'}, not an allocation failure"
 
 
+_LAYOUT_CONDITION = re.compile(r"\.strides?\s*\(|\bstrides?\b|is_contiguous|contiguous")
+_FP8_CONDITION = re.compile(r"float8|fp8|float4|fp4|e4m3|e5m2", re.IGNORECASE)
+
+
+def fp8_condition(c: Captures) -> str | None:
+    cond = c.get("cond", "").strip()
+    if cond and _FP8_CONDITION.search(cond):
+        return f"the failed check ({cond}) is about FP8 operands"
+    return None
+
+
+def layout_condition(c: Captures) -> str | None:
+    cond = c.get("cond", "").strip()
+    if not cond or fp8_condition(c) or not _LAYOUT_CONDITION.search(cond):
+        return None
+    return (f"the failed check ({cond}) is about the tensor's memory layout: the kernel needs it "
+            "contiguous (or its strides aligned)")
+
+
+_MATERIALISING = {"flex", "eager", "math", "naive", "vanilla", "manual"}
+
+
+def materialising_backend(c: Captures) -> str | None:
+    backend = c.get("backend", "").strip().strip("'\"`").lower()
+    if backend.rsplit(".", 1)[-1] in _MATERIALISING:
+        return f"the log names the attention backend '{backend}', which computes the whole score matrix"
+    return None
+
+
 LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
     "not-alloc-failed": not_alloc_failed,
     "devices-differ": devices_differ,
@@ -153,6 +188,9 @@ LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
     "not-meta": not_meta,
     "fp8-operands": fp8_operands,
     "not-fp8-operands": not_fp8_operands,
+    "layout-condition": layout_condition,
+    "fp8-condition": fp8_condition,
+    "materialising-backend": materialising_backend,
 }
 
 

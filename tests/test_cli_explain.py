@@ -241,3 +241,109 @@ def test_an_unknown_lint_code_names_the_rules():
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr == (f"gpudoctor: no lint rule GPU999: the rules are GPU001..{RULES[-1].code} "
                         "(`gpudoctor explain GPU001`)\n")
+
+
+# --- every output mode against every outcome -------------------------------------------------------
+
+MODES = {"quiet": ["-q"], "default": [], "verbose": ["-v"], "json": ["--format", "json"], "md": ["--format", "md"]}
+NO_MATCH = "KeyError: 'model_state_dict'\n"
+# (outcome, how the text arrives): an id only as an argument; text also piped in without `-`.
+OUTCOMES = [("id", "argument"), ("match", "argument"), ("no-match", "argument"), ("empty", "argument"),
+            ("match", "stdin"), ("no-match", "stdin"), ("empty", "stdin")]
+TEXT = {"id": "misaligned-address", "match": MISALIGNED, "no-match": NO_MATCH, "empty": "  \n"}
+EXIT = {"id": 0, "match": 0, "no-match": 1, "empty": 2}
+
+
+def _check_content(mode: str, outcome: str, r) -> None:
+    out, err = r.stdout, r.stderr
+    from gpudoctor import kb
+
+    title = kb.load_entry("misaligned-address").title
+    if outcome == "empty":
+        assert out == "" and err.count("\n") == 1 and "empty" in err
+        return
+    if outcome == "no-match":
+        assert "no known failure matched this text" in err and err.count("\n") == 1
+        if mode == "json":
+            data = json.loads(out)
+            assert data["verdict"] is None and data["matches"] == [] and data["entry"] is None
+        elif mode == "md":
+            assert out.startswith("No known failure matched this text.")
+        else:
+            assert out == ""
+        return
+    assert err == ""
+    found = outcome == "match"
+    if mode == "quiet":
+        [line] = out.splitlines()
+        assert line.startswith("misaligned-address  ") and line.endswith(title)
+        assert ("%" in line) == found  # a match says how confident; an id has no confidence
+    elif mode in ("default", "verbose"):
+        lines = out.splitlines()
+        assert lines[0] == "misaligned-address"
+        assert ("line 1: RuntimeError: CUDA error: misaligned address" in out) == found
+        assert "What happened" in out and "Patch" in out and ".contiguous()" in out
+    elif mode == "json":
+        data = json.loads(out)
+        assert data["entry"]["id"] == "misaligned-address"
+        assert data["verdict"]["id"] == "misaligned-address"
+        if found:
+            assert data["matches"][0]["id"] == "misaligned-address" and data["verdict"]["line"] == 1
+        else:
+            assert data["matches"] == [] and data["verdict"]["confidence"] is None
+    else:
+        assert out.startswith("## `misaligned-address`")
+        assert ("- line 1: RuntimeError: CUDA error: misaligned address" in out) == found
+        assert "### Patch" in out
+
+
+@pytest.mark.parametrize("outcome, via", OUTCOMES, ids=[f"{o}-{v}" for o, v in OUTCOMES])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_mode_and_outcome(mode, outcome, via):
+    """No traceback anywhere: an id, a match, no match (a normal outcome, exit 1) and empty input
+    (exit 2, one line), given as an argument or piped into standard input without `-`."""
+    if via == "argument":
+        r = invoke("explain", *MODES[mode], TEXT[outcome])
+    else:
+        r = invoke("explain", *MODES[mode], input=TEXT[outcome])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.output
+    assert r.exit_code == EXIT[outcome], (r.stdout, r.stderr)
+    _check_content(mode, outcome, r)
+
+
+def _run_with_stdin(stdin, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpudoctor", "explain", *args], stdin=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_pipe_is_read_without_dash():
+    """`python train.py 2>&1 | gpudoctor explain`: standard input that is not a terminal is read
+    when no text is given, as grep and jq read it."""
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "--format", "json"],
+                          input="INFO step 1\n" + MISALIGNED, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["verdict"]["id"] == "misaligned-address" and data["verdict"]["line"] == 2
+
+
+def test_dev_null_on_stdin_is_empty_input():
+    with open(os.devnull, "rb") as null:
+        proc = _run_with_stdin(null)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "gpudoctor: standard input is empty: paste an error message or pass a log file\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_a_terminal_on_stdin_with_no_text_is_a_usage_error():
+    """Nothing given and a person at the terminal: one line saying what to give, exit 2, and no
+    wait for input that is not coming."""
+    leader, follower = os.openpty()
+    try:
+        proc = _run_with_stdin(follower)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("gpudoctor: nothing to explain: give an id or an error text, pipe a log in")
+    assert proc.stderr.count("\n") == 1

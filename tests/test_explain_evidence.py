@@ -295,3 +295,133 @@ def test_json_1_1_fields():
     assert isinstance(first["decided_by"], list) and isinstance(first["against"], list)
     entry = data["entry"]
     assert entry["misconceptions"] is not None and "corrections" in entry  # 1.0 readers keep their field
+
+
+# --- a reading that needs a fact, and an error inside a wrapper ----------------------------------
+
+
+def test_a_bare_cublaslt_status_without_fp8_facts_is_the_cublas_status_error():
+    """The FP8 layout reading of a cuBLASLt status needs a fact (FP8 operand types, FP8 sizes,
+    _scaled_mm): without one it stays under confident and does not demote the generic entry."""
+    text = ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with "
+            "transpose_mat1 1 transpose_mat2 0\n")
+    out = match_text(text)
+    assert out[0].id == "cublas-status-error" and not out[0].context_only
+    fp8 = [m for m in out if m.id == "fp8-layout"]
+    assert not fp8 or fp8[0].confidence < CONFIDENT
+    with_fact = match_text(text.rstrip("\n") + " m 4096 n 24 k 4096\n")
+    assert with_fact[0].id == "fp8-layout" and with_fact[0].decided_by
+    with_stack = match_text("  File \"fp8.py\", line 9, in f\n    y = torch._scaled_mm(a, b)\n" + text)
+    assert with_stack[0].id == "fp8-layout"
+
+
+WATCHDOG = ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Process group watchdog thread terminated with "
+            "exception: CUDA error: {inner}\n")
+
+
+@pytest.mark.parametrize("inner, expected", [
+    ("unspecified launch failure", "async-error-reporting"),  # generic, yet inside a wrapper it decides
+    ("an illegal memory access was encountered", "illegal-memory-access"),
+    ("misaligned address", "misaligned-address"),
+])
+def test_an_error_inside_the_nccl_watchdog_decides_and_the_watchdog_is_its_context(inner, expected):
+    out = match_text(WATCHDOG.format(inner=inner) + "CUDA kernel errors might be asynchronously reported at some "
+                     "other API call, so the stacktrace below might be incorrect.\n")
+    assert out[0].id == expected and not out[0].context_only
+    watchdog = next(m for m in out if m.id == "nccl-watchdog-timeout")
+    assert watchdog.context_only and watchdog.consequence_of == (expected, 1)
+
+
+def test_an_error_on_the_line_after_the_wrapper_is_inside_it_too():
+    text = ("terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG 0 Rank 3] Process group watchdog thread terminated with exception:\n"
+            "CUDA error: an illegal memory access was encountered\n")
+    assert match_text(text)[0].id == "illegal-memory-access"
+
+
+def test_a_watchdog_timeout_alone_is_still_the_watchdog():
+    text = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n")
+    out = match_text(text)
+    assert out[0].id == "nccl-watchdog-timeout" and not out[0].context_only
+
+
+# --- the long tail: third-party kernels, device backends, host asserts ---------------------------
+
+
+@pytest.mark.parametrize("cond, expected", [
+    ("B.stride(-1) == 1", "noncontiguous-kernel-input"),                       # mamba-ssm selective scan
+    ("x.stride(2) == 1 || x.stride(1) == 1", "noncontiguous-kernel-input"),     # causal-conv1d
+    ("a.stride(1) == 1 && c.stride(1) == 1", "noncontiguous-kernel-input"),     # vLLM cutlass_scaled_mm
+    ("b.dtype() == at::kFloat8_e4m3fn", "fp8-layout"),                          # torch._scaled_mm
+])
+def test_a_torch_check_without_a_message_is_read_by_its_condition(cond, expected):
+    m = best(f"RuntimeError: Expected {cond} to be true, but got false.  (Could this error message be improved?  "
+             "If so, please report an enhancement request to PyTorch.)\n")
+    assert m.id == expected and m.confidence >= CONFIDENT
+    assert any(cond in fact for fact in m.decided_by)
+
+
+def test_a_torch_check_on_something_else_is_not_a_layout_rule():
+    for cond in ("x.is_cuda()", "dprops->major >= 8", "mha_graph->execute(handle, variant_pack, ws).is_good()"):
+        ids = confident(f"RuntimeError: Expected {cond} to be true, but got false.\n")
+        assert "noncontiguous-kernel-input" not in ids and "fp8-layout" not in ids, (cond, ids)
+
+
+def test_a_closing_quote_ends_the_word_it_quotes():
+    assert best("ModuleNotFoundError: No module named 'torch'").id == "torch-import-failed"
+    assert best("ModuleNotFoundError: No module named torch").id == "torch-import-failed"  # quotes lost
+    assert "torch-import-failed" not in confident("ModuleNotFoundError: No module named 'torch_mlu.core'")
+
+
+def test_a_host_assert_is_not_a_device_side_assert():
+    device = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], "
+              "thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.\n")
+    assert best(device).id == "device-side-assert"
+    generic_device = "kernel.cu:12: f: block: [1,0,0], thread: [7,0,0] Assertion `i < n` failed.\n"
+    assert best(generic_device).id == "device-side-assert"
+    host = ("python: /src/csrc/ops.cu:408: int igemmlt(cublasLtHandle_t, int, int, int): Assertion `false' failed.\n"
+            "Aborted (core dumped)\n")
+    assert "device-side-assert" not in confident(host)
+    triton = ("python3: /project/lib/Tools/LinearLayout.cpp:562: mlir::triton::LinearLayout "
+              "mlir::triton::LinearLayout::reshapeOuts(llvm::ArrayRef<std::pair<mlir::StringAttr, int> >) const: "
+              "Assertion `getTotalOutDimSize() == 1' failed.\n")
+    assert best(triton).id == "torch-compile-failed" and "device-side-assert" not in confident(triton)
+
+
+def test_torch_not_compiled_with_cuda_beside_another_device_backend_is_not_a_missing_gpu():
+    text = (">>> import torch, torch_npu\n>>> torch.ones(2).to(3)\n"
+            "AssertionError: Torch not compiled with CUDA enabled\n")
+    assert "cuda-unavailable" not in confident(text)
+    assert best("AssertionError: Torch not compiled with CUDA enabled\n").id == "cuda-unavailable"
+
+
+def test_a_cuda_error_in_a_worker_is_a_fork_only_beside_the_worker():
+    inner = "RuntimeError: CUDA error: initialization error\n"
+    assert "cuda-fork-reinit" not in confident(inner)
+    worker = ("RuntimeError: Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+              '  File "/x/torch/utils/data/_utils/worker.py", line 308, in _worker_loop\n' + inner)
+    m = best(worker)
+    assert m.id == "cuda-fork-reinit" and m.confidence >= CONFIDENT
+
+
+@pytest.mark.parametrize("backend, expected", [("flex", "attention-oom"), ("flash_2", "cuda-oom")])
+def test_an_out_of_memory_after_a_log_naming_a_materialising_attention_backend(backend, expected):
+    text = (f"[olmo_core.nn.attention:471] Using attention backend '{backend}'\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 2.11 GiB is free.\n")
+    assert best(text).id == expected
+
+
+def test_a_device_backends_out_of_memory_is_the_out_of_memory_and_a_corrupt_size_is_not():
+    npu = ("RuntimeError: NPU out of memory. Tried to allocate 5.03 GiB (NPU 3; 60.96 GiB total capacity; 49.47 GiB "
+           "already allocated; 1.32 GiB free; 57.55 GiB reserved in total by PyTorch)\n")
+    m = best(npu)
+    assert m.id == "cuda-oom" and m.captures.get("capacity") == "60.96 GiB"
+    assert confident("NPU out of memory. Tried to allocate more than 1EB memory\n") == []
+
+
+def test_a_device_runtime_refusing_to_register_memory_that_is_not_page_aligned():
+    for text in ("[DRV] Invalid para. va=0x12d6371b8000 page_size=2097152\n[GE] Failed to connect, ErrorNo: 503900\n",
+                 "aclrtHostRegister failed with EINVAL (Src_va is zero or not page alignment)\n"):
+        assert best(text).id == "custom-allocator", text

@@ -22,8 +22,12 @@ from gpudoctor.matcher import CONFIDENT, match_text
 FIXTURES = Path(__file__).parent / "fixtures"
 DEV = sorted((FIXTURES / "dev").glob("*/*.txt"))
 HELDOUT = sorted((FIXTURES / "heldout").glob("*/*.txt"))
-TOP1_FLOOR = 0.93  # share of held-out texts with a known cause whose best match is that cause
-CONFIDENT_UNKNOWN_CEILING = 0.05  # share of outside-the-KB texts given a confident match
+TOP1_FLOOR = 0.95  # share of held-out texts with a known cause whose best match is that cause
+CONFIDENT_UNKNOWN_CEILING = 0.03  # share of outside-the-KB texts given a confident match
+# Round 4 (names `r4-*`), drawn from the long tail for issue 20: its own floor and ceiling.
+ROUND4 = [p for p in HELDOUT if p.name.startswith("r4-")]
+ROUND4_TOP1_FLOOR = 0.95
+ROUND4_CONFIDENT_UNKNOWN_MAX = 1
 
 
 def _read(path: Path) -> tuple[str, str]:
@@ -35,7 +39,7 @@ def _source(path: Path) -> str:
     return _read(path)[0].removeprefix("# source: ").strip()
 
 
-@pytest.mark.parametrize("cases, least", [(DEV, 80), (HELDOUT, 220)], ids=["dev", "heldout"])
+@pytest.mark.parametrize("cases, least", [(DEV, 80), (HELDOUT, 350), (ROUND4, 130)], ids=["dev", "heldout", "round4"])
 def test_sets_are_well_formed(cases: list[Path], least: int):
     ids = {e.id for e in kb.load_all()}
     folders = {p.parent.name for p in cases}
@@ -61,7 +65,8 @@ def test_heldout_texts_come_from_threads_used_nowhere_else():
 
 
 def test_heldout_has_enough_causes_outside_the_knowledge_base():
-    assert sum(1 for p in HELDOUT if p.parent.name == "none") >= 50
+    assert sum(1 for p in HELDOUT if p.parent.name == "none") >= 75
+    assert sum(1 for p in ROUND4 if p.parent.name == "none") >= 20
 
 
 @pytest.mark.parametrize("path", DEV, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -75,10 +80,10 @@ def test_dev_text_is_classified_as_its_folder(path: Path):
         assert matches and matches[0].id == expected, ranked
 
 
-def test_heldout_accuracy_stays_above_the_floor():
+def _measure(cases: list[Path]) -> tuple[int, int, int, int, list[str]]:
     known = unknown = top1 = confident_unknown = 0
     misses = []
-    for path in HELDOUT:
+    for path in cases:
         expected = path.parent.name
         matches = match_text(_read(path)[1])
         best = matches[0] if matches else None
@@ -93,5 +98,16 @@ def test_heldout_accuracy_stays_above_the_floor():
                 top1 += 1
             else:
                 misses.append(f"{expected}/{path.stem} -> {best.id if best else None}")
+    return known, unknown, top1, confident_unknown, misses
+
+
+def test_heldout_accuracy_stays_above_the_floor():
+    known, unknown, top1, confident_unknown, misses = _measure(HELDOUT)
     assert top1 >= TOP1_FLOOR * known, (top1, known, misses)
     assert confident_unknown <= CONFIDENT_UNKNOWN_CEILING * unknown, (confident_unknown, unknown, misses)
+
+
+def test_round_4_long_tail_stays_above_its_floor():
+    known, unknown, top1, confident_unknown, misses = _measure(ROUND4)
+    assert top1 >= ROUND4_TOP1_FLOOR * known, (top1, known, misses)
+    assert confident_unknown <= ROUND4_CONFIDENT_UNKNOWN_MAX, (confident_unknown, unknown, misses)

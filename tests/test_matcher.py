@@ -101,6 +101,35 @@ def test_ansi_colour_codes_are_ignored():
     assert [m.id for m in ranked([SPECIFIC], text)] == ["specific"]
 
 
+def _templated(entry_id, text, **extra):
+    return _entry(entry_id, [], templates=[{"text": text, "project": "p", "file": "f", "versions": "v"}], **extra)
+
+
+def test_an_anchor_that_needs_support_matches_only_beside_it():
+    """Rule 3: a reading of another entry's message (needs_support) alone matches nothing; with a
+    support pattern of its entry it counts."""
+    reading = _entry("fork", [_pat("err", "initialization error", r"CUDA error: initialization error", 0.45,
+                                   needs_support=True),
+                              _pat("worker", "worker process", r"DataLoader worker process", 0.5, role="support")])
+    assert ranked([reading], "RuntimeError: CUDA error: initialization error\n") == []
+    beside = ranked([reading], "Caught RuntimeError in DataLoader worker process 0.\n"
+                               "RuntimeError: CUDA error: initialization error\n")
+    assert [m.id for m in beside] == ["fork"] and beside[0].confidence > 0.7
+
+
+def test_opening_words_on_a_line_another_template_matches_whole_are_a_look_alike():
+    """Rule 2: a template's opening words count as the message wrapped or retyped, unless another
+    entry's template matches that line whole (two messages that start alike)."""
+    fp8 = _templated("fp8", "CUBLAS_STATUS_NOT_SUPPORTED when calling `CUBLAS_STATUS_NOT_SUPPORTED`")
+    blas = _templated("blas", "CUDA error: {status:word} when calling `{call}`")
+    line = "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasSgemmStridedBatched( handle)`\n"
+    assert [m.id for m in ranked([fp8, blas], line)] == ["blas"]
+    # Alone (nothing else reads the line), the same opening words still count, as a fragment.
+    retyped = "CUBLAS_STATUS_NOT_SUPPORTED when calling scaled_gemm, see the log above\n"
+    out = ranked([fp8, blas], retyped)
+    assert [m.id for m in out] == ["fp8"] and out[0].confidence < 0.9
+
+
 def test_chunked_input_equals_whole_input():
     lines = [f"INFO step {i} loss=0.{i % 97}" for i in range(5000)]
     lines[4000] = "RuntimeError: CUDA error: misaligned address"

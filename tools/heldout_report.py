@@ -1,6 +1,6 @@
 """Measure `explain` on a folder of labelled real error texts (tests/fixtures/heldout by default).
 
-    python tools/heldout_report.py [FOLDER] [--misses] [--round r1|r2|r3]
+    python tools/heldout_report.py [FOLDER] [--misses] [--round r1|r2|r3|r4]
 
 Each text lives in FOLDER/<expected-id>/<name>.txt, first line `# source: <url>`; `none/` holds
 texts whose cause is outside the knowledge base. Prints top-1 accuracy on the labelled texts and
@@ -14,13 +14,13 @@ import pathlib
 import sys
 
 CONFIDENT = 0.5
-ROUNDS = ("r1", "r2", "r3")
+ROUNDS = ("r1", "r2", "r3", "r4")
 LATER_ROUNDS = tuple(f"{r}-" for r in ROUNDS[1:])  # name prefixes; round 1 has none
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def cases(folder: pathlib.Path, round_: str | None = None) -> list[tuple[str, pathlib.Path]]:
-    """Texts named `r2-*` and `r3-*` were drawn in the second and third rounds; the first round's
+    """Texts named `r2-*`, `r3-*` and `r4-*` were drawn in the later rounds; the first round's
     names have no prefix (see tests/fixtures/heldout/README.md)."""
     found = sorted((p.parent.name, p) for p in folder.glob("*/*.txt"))
     if round_ is None:

@@ -124,6 +124,8 @@ _CONTINUES = re.compile(r"[a-z(`'\"]")
 _NEW_RECORD = re.compile(r"[a-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b|[a-z_][\w.]*\.py[:\"]"
                          r"|[a-z][\w+.\-]*:(?:\s|$)|\([\w ,=.:-]*pid=\d")
 _MIN_WRAPPED = 40  # a line shorter than this was not wrapped
+_MAX_SOFT_WIDTH = 120  # nor one longer than an editor, a chat or an e-mail client wraps at
+_RAGGED = 30  # a terminal's width: a line it wrapped at a word ends at most this far before it
 _MAX_JOINED_LINES = 6
 
 
@@ -142,7 +144,7 @@ def join_wrapped(text: str) -> tuple[str, dict[int, int]]:
         j = i
         joined = head
         while (j + 1 < len(lines) and j - i + 1 < _MAX_JOINED_LINES
-               and _continues(lines[j].rstrip("\r"), lines[j + 1].rstrip("\r"))):
+               and _continues(lines[j].rstrip("\r"), lines[j + 1].rstrip("\r"), width)):
             prev, nxt = lines[j].rstrip("\r"), lines[j + 1].rstrip("\r")
             glue = "" if (width and len(prev) == width and prev[-1:].isalnum() and nxt[:1].isalnum()) else " "
             joined = joined.rstrip() + glue + nxt.strip()
@@ -155,10 +157,16 @@ def join_wrapped(text: str) -> tuple[str, dict[int, int]]:
     return ("\n".join(out), spans) if spans else (text, {})
 
 
-def _continues(prev: str, nxt: str) -> bool:
-    """`nxt` carries on the sentence `prev` was cut in."""
-    return (len(prev.strip()) >= _MIN_WRAPPED and nxt[:1] != "" and _CONTINUES.match(nxt) is not None
-            and _NEW_RECORD.match(nxt) is None)
+def _continues(prev: str, nxt: str, width: int | None) -> bool:
+    """`nxt` carries on the sentence `prev` was cut in. `prev` must be as long as a wrapped line
+    is: near the width a terminal broke lines at, or, where no such width shows, no longer than
+    an editor or e-mail client wraps (a 170-character log line was printed whole, and the
+    lower-case line after it, `terminate called after throwing ...`, is a record of its own)."""
+    n = len(prev.rstrip())
+    too_long_or_short = (n > width or n < width - _RAGGED) if width else n > _MAX_SOFT_WIDTH
+    if n < _MIN_WRAPPED or too_long_or_short:
+        return False
+    return nxt[:1] != "" and _CONTINUES.match(nxt) is not None and _NEW_RECORD.match(nxt) is None
 
 
 def _hard_wrap_width(lines: list[str]) -> int | None:

@@ -135,6 +135,16 @@ def test_every_form_keeps_the_line_count_and_a_large_log_is_not_joined():
     assert pasted.id == "device-mismatch" and max(logged, default=0.0) < pasted.confidence
 
 
+def test_a_line_longer_than_anything_wraps_at_was_printed_whole():
+    # A 170-character log line followed by the C++ runtime's own lower-case line: two records.
+    text = ("CUDA Error: misaligned address (716) /code/include/attention/prefill.cuh: line 1918 at function "
+            "cudaLaunchKernel((void*)kernel, nblks, nthrs, args, smem_size, stream)\n"
+            "terminate called after throwing an instance of 'std::invalid_argument'\n")
+    assert join_wrapped(text) == (text, {})
+    m = best(text)
+    assert m.id == "misaligned-address" and "terminate" not in m.evidence[0]
+
+
 def test_lines_that_start_a_record_of_their_own_are_not_joined():
     text = ("[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered and more words here\n"
             "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered and more words here\n"

@@ -15,6 +15,8 @@ Redaction that also "finds" secrets in ordinary paths eats the line that matters
 - Hugging Face hub and module caches (`models--org--name/snapshots/<40-hex>/...`), ModelScope,
   torch hub and extension caches, Triton and TorchInductor caches, pip's wheel cache and build
   folders, wandb run folders, Lightning, Hydra, MLflow and TensorBoard folders;
+- source lines as tracebacks show them (`token = kwargs.pop("token")`, `node: torch.fx.Node`),
+  written in the idioms of torch, transformers and huggingface_hub;
 - commit hashes, wheel names, pip's lines, CUDA library versions, `nvcc`/`collect_env` lines,
   tensor shapes and the messages around them, `nvidia-smi` tables and `-q` fields, NCCL INFO
   lines and torch.distributed log lines.
@@ -547,6 +549,109 @@ def _keys(rng: _Random, n: int) -> list[tuple[str, str]]:
     return out
 
 
+# Source lines as a traceback shows them under `File "...", line N, in f`, in the idioms of torch,
+# transformers, diffusers and huggingface_hub: names that say token, key, secret, auth, host or node
+# beside values that are a program's expressions, not literals. Written for this corpus after the
+# lines of those packages that an earlier redactor hid (95,587 of their lines with such a word:
+# 27,938 changed, and `self`, `config` and `accelerate` hunted through the whole report).
+_SOURCE_LINES = (
+    'token = kwargs.pop("token", None)',
+    'token = kwargs.get("use_auth_token", token)',
+    "tokenizer.pad_token = tokenizer.eos_token",
+    "self.pad_token_id = pad_token_id",
+    "if token == self.image_token:",
+    'assert tokenizer.cls_token == "<CLS>"',
+    "self.audio_token = audio_token",
+    "self._mask_token = value",
+    'self.image_newline_token = "<|image_newline|>"',
+    "key = tokens[0]",
+    "token = tokens[i]",
+    "vocab[token] = index",
+    "positions = {token: -index for index, token in enumerate(tokens)}",
+    'hf_token = os.environ.get("HF_TOKEN")',
+    'token = os.environ["HF_TOKEN"]',
+    'extended_environ["HF_TOKEN"] = token',
+    'fields = {"hf_token": token}',
+    '"token": hf_token,',
+    "token=hf_token,",
+    'headers = {"authorization": f"Bearer {token}"}',
+    '"Authorization": f"Bearer {get_token()}",',
+    'ENV_HF_TOKEN = "HF_TOKEN"',
+    'master_addr = os.environ["MASTER_ADDR"]',
+    "hostname = socket.gethostname()",
+    "hostname=hostname,",
+    "master_addr = args.master_addr",
+    'rdzv_endpoint = f"{master_addr}:{master_port}"',
+    'node = self.graph.create_node("call_function", target, args, kwargs)',
+    "node_c = cur_match[1][1]",
+    "for node in graph.nodes:",
+    "    node: torch.fx.Node,",
+    "nodes: list[torch.fx.Node] = []",
+    "node_list = snode.get_nodes()",
+    "cur_nodes_list: NodeList = nodes[: mid + 1] if find_last_node else nodes[mid:]",
+    "outer_node=node1,",
+    "node = node1",
+    "host = self.host",
+    "server = self._server",
+    "store = dist.TCPStore(host_name=master_addr, port=port, world_size=world_size, is_master=rank == 0)",
+    "return RendezvousStoreInfo(master_addr=addr, master_port=port)",
+    "cache_key = self._cache_key(inputs)",
+    "key = jax.random.PRNGKey(0)",
+    "def _get_storage_size(self, storage_key: StorageKey) -> int:",
+    "serialized_storages[storage_key] = storage",
+    "pad_token: AddedToken | str | None = None,",
+    "token: TextGenerationStreamOutputToken",
+    "key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
+    "attn_output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)",
+    "password = getpass.getpass()",
+    "secret = self.config.secret",
+    'api_key = api_key or os.environ.get("OPENAI_API_KEY")',
+    "client_secret=constants.OAUTH_CLIENT_SECRET,",
+    "substituted_api_key = raw_api_key",
+    'config["apiKey"] = substituted_api_key',
+    "self.auth = auth",
+    "auth=self.auth,",
+    'new_key = key.replace("model.", "")',
+    "state_dict[new_key] = state_dict.pop(key)",
+    'FORMAT_KEY = "format"',
+    'OUTPUT_DTYPE_DICT_KEY = "output_dtype"',
+    'CUSTOM_METADATA_KEY = "DCP_SHARDING_INFO"',
+    'key = "down_blocks.1.attentions.0"',
+    'return {"token": token, "expires_at": expires_at}',
+    "self.num_keys = math.floor(math.sqrt(self.num_experts))",
+    "split_tokens = self.wordpiece_tokenizer.tokenize(text)",
+    "min_new_tokens = generation_config.min_new_tokens",
+    "def refresh_access_token(refresh_token: str) -> OAuthTokenResponse:",
+    "return self.current_tracer.create_node(*args, **kwargs)",
+    "def __init__(self, image_processor=None, tokenizer=None, **kwargs):",
+    "torch.fx.node.has_side_effect(torch.ops._c10d_functional.wait_tensor.default)",
+    "from torch.fx.node import _get_qualified_name, Node",
+    "from sklearn.cluster import KMeans",
+    "from accelerate.commands.config.cluster import get_cluster_input",
+    "local_map = torch.distributed.tensor.experimental.local_map",
+    "lambda input, msg, dep_token: -1,",
+    "semantic_infer_token=129_599,",
+    "Pass --token for a non-interactive login.",
+    "--master-addr and --master-port must be given together",
+    "pipe.load_textual_inversion(\"./charturnerv2.pt\", token=\"charturnerv2\")",
+    "out = h@self.proj.weight",
+    "inline c10::complex<float> convert(float value) {",
+    "class Apertus1p5VisionTokenizerModel(Apertus1p5VisionTokenizerPreTrainedModel):",
+    'WARNING:huggingface_hub.utils._auth:Token has not been saved to git credential helper.',
+)
+_SOURCE_FILES = ("transformers/tokenization_utils_base.py", "torch/fx/graph.py", "torch/distributed/rendezvous.py",
+                 "diffusers/loaders/textual_inversion.py", "huggingface_hub/utils/_auth.py", "torch/_inductor/scheduler.py")
+
+
+def _source(rng: _Random) -> list[tuple[str, str]]:
+    out = []
+    for line in _SOURCE_LINES:
+        out.append(("source", "    " + line))
+        frame = f'  File "{_site_packages(rng)}/{rng.choice(_SOURCE_FILES)}", line {rng.randint(1, 4000)}, in {rng.choice(_FUNCS)}'
+        out.append(("source", f"{frame}\n    {line}"))
+    return out
+
+
 def corpus() -> list[tuple[str, str, str]]:
     """Every (family, text, expected) of the precision corpus, the same on every machine."""
     rng = _Random(20261125)
@@ -561,6 +666,7 @@ def corpus() -> list[tuple[str, str, str]]:
     entries += _distributed(rng, 600)
     entries += _modules(rng, distribution_paths())
     entries += _keys(rng, 200)
+    entries += _source(rng)
     return [(e[0], e[1], e[2] if len(e) > 2 else e[1]) for e in entries]
 
 

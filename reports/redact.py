@@ -1123,6 +1123,9 @@ class Redactor:
             name = _name_before(text, m.end())
             if not _is_host_name(name):
                 return None
+            start = _identifier_start(text, m.end())
+            if "." in name and _LOG_LEVEL.search(text, max(0, start - 9), start):
+                return None  # a logger's name: "WARNING:urllib3.util.ssl_match_hostname:..."
             sep = _SEP.match(text, m.end())
             weak = not name.isupper() and not _is_host_name(name, strong=True)
             return self._host_value(text, sep.end() if sep else m.end(), nodelist="list" in name.lower(), weak=weak)

@@ -22,7 +22,8 @@ Redaction that also "finds" secrets in ordinary paths eats the line that matters
   lines and torch.distributed log lines.
 
 The random parts of folder names (mktemp's 10 letters and digits, hashes, run ids) come from a
-seeded `random.Random`, so the corpus is the same on every machine. `corpus()` returns
+seeded `random.Random`, so the corpus is the same on every machine (this repository's own files
+are listed when the corpus is built: they change with it). `corpus()` returns
 (family, text, expected) triples: `expected` is `text` with the one identity that a line carries
 on purpose replaced (the NCCL host prefix of this machine, `gpu-box-17`, is `<host>`); every other
 character must come through.
@@ -653,20 +654,25 @@ def _source(rng: _Random) -> list[tuple[str, str]]:
 
 
 def corpus() -> list[tuple[str, str, str]]:
-    """Every (family, text, expected) of the precision corpus, the same on every machine."""
-    rng = _Random(20261125)
+    """Every (family, text, expected) of the precision corpus. Each part draws from its own seeded
+    generator: the same strings on every machine, and the parts built from the distributions'
+    files do not move when this repository gains a file."""
+    def rng(part: str) -> _Random:
+        return _Random(f"20261125-{part}")  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
+
+    dist = distribution_paths()
     entries: list[tuple[str, ...]] = []
-    entries += _installed(rng, distribution_paths())
-    entries += _checkouts(rng, repository_paths())
-    entries += _hf_caches(rng, 3000)
-    entries += _other_caches(rng, 3000)
-    entries += _versions(rng, 150)
-    entries += _shapes(rng, 300)
-    entries += _nvidia_smi(rng, 150)
-    entries += _distributed(rng, 600)
-    entries += _modules(rng, distribution_paths())
-    entries += _keys(rng, 200)
-    entries += _source(rng)
+    entries += _installed(rng("installed"), dist)
+    entries += _checkouts(rng("checkouts"), repository_paths())
+    entries += _hf_caches(rng("huggingface"), 3000)
+    entries += _other_caches(rng("caches"), 3000)
+    entries += _versions(rng("versions"), 150)
+    entries += _shapes(rng("shapes"), 300)
+    entries += _nvidia_smi(rng("nvidia-smi"), 150)
+    entries += _distributed(rng("distributed"), 600)
+    entries += _modules(rng("modules"), dist)
+    entries += _keys(rng("keys"), 200)
+    entries += _source(rng("source"))
     return [(e[0], e[1], e[2] if len(e) > 2 else e[1]) for e in entries]
 
 

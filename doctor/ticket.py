@@ -246,9 +246,15 @@ def scan_probes(diagnosis: Diagnosis, known: Sequence[str] | None = None) -> tup
     return tuple(out) or tuple(p for p in FALLBACK_PROBES if p in known)
 
 
+# The second line of pip's (distlib's) launcher for an interpreter whose path a `#!` line cannot hold.
+_SH_EXEC = b"'''exec' "
+
+
 def guess_python(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
     """The interpreter the command runs: its first word when that is a Python, or the `#!` line of
-    the script it names (`torchrun`, `accelerate`); None when neither says."""
+    the script it names (`torchrun`, `accelerate`), also in the form pip writes when the
+    interpreter's path has a space or is longer than a `#!` line holds (`#!/bin/sh`, then
+    `'''exec' "/path with space/bin/python" "$0" "$@"`); None when neither says."""
     if not argv:
         return None
     environ = os.environ if environ is None else environ
@@ -261,10 +267,17 @@ def guess_python(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     try:
         with open(found, "rb") as fh:
             first = fh.readline(256)
+            second = fh.readline(4096) if first.rstrip() == b"#!/bin/sh" else b""
     except OSError:
         return None
     if not first.startswith(b"#!"):
         return None
+    if second.startswith(_SH_EXEC):
+        try:
+            words = shlex.split(second[len(_SH_EXEC):].decode("utf-8", "replace"))
+        except ValueError:  # unbalanced quotes: not pip's launcher
+            return None
+        return words[0] if words and _is_python_name(os.path.basename(words[0])) else None
     words = first[2:].decode("utf-8", "replace").split()
     if words and os.path.basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-")]

@@ -23,7 +23,19 @@ redacted" table lists every form; in short:
 
 Kept on purpose, because a diagnosis needs them: versions (a dotted quad after `==`, `-`, `v` or
 the word version, or under a `version` key, is a version, not an address), git commit ids, wheel
-hashes, CUDA pointers (`0x7f...`), tensor shapes, PCI bus ids, public index hosts in URLs.
+hashes, CUDA pointers (`0x7f...`), tensor shapes, PCI bus ids, public index hosts in URLs, and
+paths, whatever folders they run through (mktemp's `/tmp/tmp.6xjVbbjJMQ`, pytest's `tmp_path`, Ray
+sessions, Hugging Face snapshots `models--org--name/snapshots/<40-hex>/`, container overlays).
+
+Evidence before masking: a form that ordinary text also has is hidden only with context that
+makes it a secret or a host. A 40-character AWS-secret-shaped run must be a whole word on a line
+that says secret (never a piece of a path); "key" alone (a cache key, a state-dict key) needs a
+qualifier or a credential-shaped value; a name that may mean something else (`token`, `CACHE_KEY`,
+`node`, `host`, `server`) takes only a credential- or host-shaped value; a value that is a
+program's expression (`token = kwargs.pop(...)`, `node: torch.fx.Node`, `hostname =
+socket.gethostname()`) is no value at all. The same holds for hunting a found value through the
+rest of the report: only what cannot be a word or a program's name is hunted (the precision corpus
+in tests/precision_corpus.py is what this must leave unchanged).
 
 Every pattern is linear in the length of its input: quantifiers are bounded, unbounded runs start
 only at run boundaries, and values after a secret-like name are consumed by plain string code, not
@@ -82,22 +94,63 @@ def _name_parts(name: str) -> list[str]:
     return [p.lower() for p in _CAMEL.split(name) if p]
 
 
+# Words before "token" that name a piece of text, not a credential: a tokenizer's pad_token,
+# eos_token, image_token, decoder_start_token.
+_TEXT_TOKEN_QUALIFIERS = frozenset({
+    "pad", "eos", "bos", "unk", "sep", "cls", "mask", "image", "img", "video", "audio", "boi", "eoi", "boa",
+    "eoa", "start", "end", "begin", "stop", "placeholder", "special", "think", "fim", "class", "vision",
+    "newline", "delimiter", "prefix", "suffix", "middle", "eot", "eod", "sot",
+})
+# Words before "token" that make it a credential whatever its value looks like.
+_AUTH_TOKEN_QUALIFIERS = _KEY_QUALIFIERS | {
+    "access", "refresh", "bearer", "oauth", "csrf", "xsrf", "id", "personal", "bot", "slack", "discord",
+    "telegram", "npm", "pypi", "registry", "docker", "jwt", "hub", "huggingface", "gh", "login", "security",
+    "sas", "upload", "push", "write", "read",
+}
+# Words before "pass" or "pwd" that make it a password (db_pass, MYSQL_PWD), not a compiler's pass.
+_PASS_OWNERS = frozenset({
+    "db", "mysql", "pg", "postgres", "redis", "ldap", "smtp", "mail", "user", "admin", "root", "login", "ftp",
+    "ssh", "sudo", "vnc", "wifi", "proxy", "http", "https", "basic", "app", "api", "account", "sql", "mongo",
+})
+
+
 @functools.lru_cache(maxsize=4096)  # a report asks about the same few hundred keys again and again
-def is_secret_name(name: str) -> bool:
-    """Whether a key, variable or flag name says its value is a secret: HF_TOKEN, WANDB_API_KEY,
-    api-key, clientSecret, DB_PASSWORD, MYSQL_PWD; not TOKENIZERS_PARALLELISM, max_tokens, key,
-    token_count, PWD."""
+def _secret_level(name: str) -> int:
+    """2: the name says its value is a secret (HF_TOKEN, WANDB_API_KEY, api-key, clientSecret,
+    DB_PASSWORD, MYSQL_PWD, access_token); 1: it may be one, and its value decides (token, CACHE_KEY,
+    file_token, which in a program are as often a tokenizer's or a dict's); 0: not a secret's name
+    (TOKENIZERS_PARALLELISM, max_tokens, key, token_count, PWD, pad_token, eos_token)."""
     parts = _name_parts(name)
     if not parts:
-        return False
+        return 0
     last = parts[-1]
-    if last in _SECRET_LAST or last.endswith(_SECRET_SUFFIXES):  # PGPASSWORD, HFTOKEN
-        return True
-    if last == "id" and len(parts) >= 2 and parts[-2] == "session":
-        return True
-    if len(parts) >= 2 and last in ("key", "pwd", "pass"):
-        return last != "key" or parts[-2] in _KEY_QUALIFIERS or name.isupper()
-    return False
+    prev = parts[-2] if len(parts) >= 2 else ""
+    if last == "token" or (last.endswith("token") and last not in _SECRET_LAST):
+        if last != "token":  # one word: csrftoken, hftoken; tiktoken
+            prev = last[:-5]
+        if prev in _TEXT_TOKEN_QUALIFIERS:
+            return 0
+        # "a refresh token: when such a token..." is prose: its value decides
+        return 2 if prev in _AUTH_TOKEN_QUALIFIERS and " " not in name else 1
+    if last in _SECRET_LAST or last.endswith(_SECRET_SUFFIXES):  # PGPASSWORD, clientSecret
+        return 2
+    if last == "id" and prev == "session":
+        return 2
+    if prev and last == "key":
+        if prev in _KEY_QUALIFIERS:
+            return 2
+        return 1 if name.isupper() else 0
+    if prev and last in ("pwd", "pass"):
+        # MYSQL_PWD, db_pass; not "Second pass:", "pre-pass:" (a compiler's passes)
+        return 2 if name.isupper() or prev in _PASS_OWNERS else 1
+    return 0
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key, variable or flag name says its value is or may be a secret: HF_TOKEN,
+    WANDB_API_KEY, api-key, clientSecret, DB_PASSWORD, MYSQL_PWD, token, CACHE_KEY; not
+    TOKENIZERS_PARALLELISM, max_tokens, key, token_count, PWD, pad_token."""
+    return _secret_level(name) > 0
 
 
 _HOST_KEYS = frozenset({
@@ -108,16 +161,31 @@ _HOST_KEYS = frozenset({
 })
 
 
+# Of those, the names that say "host" and nothing else; "host", "node", "server", "peer" and
+# "address" are also a program's words (a graph node, a server object): text under them is a host
+# only when it looks like one (`_host_value(weak=True)`).
+_STRONG_HOST_KEYS = _HOST_KEYS - {"host", "hosts", "node", "server", "peer"}
+# Top-level labels that make a dotted name under a generic key a host name (db.example.com).
+_HOST_TLDS = frozenset({
+    "com", "net", "org", "io", "ai", "edu", "gov", "co", "us", "uk", "de", "fr", "cn", "jp", "kr", "in",
+    "internal", "local", "lan", "corp", "intranet", "localdomain", "arpa", "cluster",
+})
+
+
 @functools.lru_cache(maxsize=4096)
-def _is_host_name(name: str) -> bool:
+def _is_host_name(name: str, strong: bool = False) -> bool:
     """Whether a key, variable or flag name says its value is a host (or a host list, an address):
     hostname, node_name, MASTER_ADDR, NCCL_COMM_ID, SLURM_JOB_NODELIST, --rdzv-endpoint. The one
-    test for host context, in report keys and in text alike."""
+    test for host context, in report keys and in text alike. `strong`: a name that can mean
+    nothing else (hostname, master_addr; not host, node, address)."""
     parts = _name_parts(name)
     if not parts:
         return False
+    if len(parts) >= 2 and parts[-2] in ("max", "min", "num", "n"):
+        return False  # --max-hosts N: a count
+    keys = _STRONG_HOST_KEYS if strong else _HOST_KEYS
     joined = "".join(parts[-2:])
-    return parts[-1] in _HOST_KEYS or joined in _HOST_KEYS or "".join(parts[-3:]) in _HOST_KEYS
+    return parts[-1] in keys or joined in keys or "".join(parts[-3:]) in keys
 
 
 # Keys whose string values identify a person or a machine, wherever they appear in a report dict
@@ -132,7 +200,7 @@ IDENTITY_KEYS: dict[str, str] = {
 # Values after a secret-like name that are not secrets: references, types, placeholders, flags.
 _NOT_SECRET_VALUE = re.compile(
     r"(?:none|null|nil|true|false|yes|no|on|off|undefined|str|int|bytes|bool|float|optional|any"
-    r"|string|dict|list|required|redacted|\*+|x+|\.\.\.|-|\d{1,7})",
+    r"|string|dict|list|required|redacted|\*+|x+|\.\.\.|-|-?\d{1,7}|\d{1,3}(?:_\d{3})+)",
     re.IGNORECASE,
 )
 _NOT_SECRET_START = ("<", "$", "%(", "{", "[", "os.environ", "os.getenv", "getenv(", "env.", "process.env", "--")
@@ -170,35 +238,45 @@ _TOKEN_FORMATS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple((pre
 ))
 # Webhook URLs whose path is the secret: keep the service's host, hide the path.
 _WEBHOOK = re.compile(r"(hooks\.slack\.com/services/|discord(?:app)?\.com/api/webhooks/)([A-Za-z0-9/_-]{10,512})")
-# An AWS secret access key: 40 characters of base64 with upper, lower and digits (so that a 40-hex
-# git commit survives), not starting with "/" (so that a path survives).
+# An AWS secret access key has no prefix: 40 characters of base64 with upper, lower and digits (a
+# 40-hex git commit has no upper case). Forty such characters are also a piece of many paths
+# (`tmp.6xjVbbjJMQ/main/tests/fixtures/run/dtype` in /tmp/tmp.6xjVbbjJMQ/main/tests/...), so the
+# form alone is no evidence: the run must be a whole word (space, quote, `=`, `:`, `,` or a bracket
+# on both sides: never a piece of a path or of a longer name), and the line before it must say
+# secret (`_SECRET_CONTEXT`) or hold another secret (an access key id, already `<secret-N>`).
 _AWS_SECRET = re.compile(
-    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
-    r"[A-Za-z0-9+][A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"
+    r"(?<![^\s'\"=:,(\[{])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+    r"[A-Za-z0-9+][A-Za-z0-9/+]{39}(?![^\s'\",;)\]}])"
+)
+_SECRET_CONTEXT = re.compile(
+    r"(?<![a-z])(?:secret|credentials?|creds|passw(?:or)?d|token|keys?|aws|accesskey|apikey)(?![a-z])|<secret-"
 )
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(?:bearer|basic)[ \t]{1,4}(?=[A-Za-z0-9._~+/=-]{8})")
 _BEARER_VALUE = re.compile(r"[A-Za-z0-9._~+/=-]{8,4096}")
 
 # A secret-like word followed by a separator: the anchor; the key's full name is read backwards
 # from it and the value forwards, in Python.
+# (`token == x` is a comparison, not a value.)
 _KV_ANCHOR = re.compile(
     r"(?i)(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?|cookie|sessionid|id"
-    r"|authorization|auth)(?=['\"]?\]?[ \t]{0,4}(?::=|=>|[:=]))"
+    r"|authorization|auth)(?=['\"]?\]?[ \t]{0,4}(?::=|=>|:|=(?!=)))"
 )
 _HOST_ANCHOR = re.compile(
     r"(?i)(?:hostnames?|host|hosts|nodename|node_?list|node|addr|address|endpoint|server|peer|server_?name|comm_?id)"
-    r"(?=['\"]?\]?[ \t]{0,4}(?::=|[:=]))"
+    r"(?=['\"]?\]?[ \t]{0,4}(?::=|:|=(?!=)))"
 )
 _KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_.-]{16,4096}")
 _KV_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "cookie", "session", "auth")
 _LOOSE_WORDS = ("token", "key", "secret", "passw", "credential")
 _HOST_WORDS = ("host", "node", "addr", "endpoint", "server", "peer", "comm_id", "commid")
 _INTERNAL_SUFFIXES = (".internal", ".local", ".lan", ".corp", ".intranet", ".localdomain", ".cluster", ".home.arpa")
-_SEP = re.compile(r"['\"]?\]?[ \t]{0,4}(?::=|=>|[:=])[ \t]{0,4}")
+_SEP = re.compile(r"['\"]?\]?[ \t]{0,4}(?::=|=>|:|=(?!=))[ \t]{0,4}")
 _FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][A-Za-z0-9_-]{0,63})(=|[ \t]{1,4})")
 # "token 0123abcd..." without a separator: a long run with letters and digits right after the word.
+# "key" alone is no evidence ("fx graph cache hit for key fatexag6p..."): only a qualified one is
+# ("API key", "secret key"), as in `is_secret_name`.
 _LOOSE = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:token|key|secret|password|passwd|apikey|credential)s?['\"]?[ \t]{1,4}(?:is[ \t]{1,4})?['\"]?"
+    r"(?i)(?<![A-Za-z0-9])(token|key|secret|password|passwd|apikey|credential)s?['\"]?[ \t]{1,4}(?:is[ \t]{1,4})?['\"]?"
     r"(?=[A-Za-z0-9+/_=-]{20})"
 )
 _LOOSE_VALUE = re.compile(r"[A-Za-z0-9+/_.=-]{20,4096}")
@@ -214,8 +292,15 @@ _QUERY_VALUE = re.compile(r"[^&#\s'\"<>]{1,%d}" % _LIMIT)
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])([A-Za-z0-9._%+-]{1,64})@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8})(?![A-Za-z0-9-])"
 )
+# File suffixes that are no top-level domain: `name@part.pkl` is a file, not an address.
+_FILE_SUFFIXES = frozenset({
+    "pkl", "pth", "bin", "txt", "json", "yaml", "yml", "npy", "npz", "ckpt", "safetensors", "log", "csv",
+    "h5", "onnx", "whl", "tar", "gz", "cfg", "ini", "toml", "pyc", "cu", "cuh", "hpp", "cpp", "jpg", "png",
+    "wav", "mp4", "ipynb", "parquet", "arrow", "engine", "cubin", "ptx",
+})
+# Not after "/": `github.com/org/repo.git@<commit>` is a revision in a URL, not a login.
 _USER_AT_HOST = re.compile(
-    r"(?<![\w.@%+-])([a-z_][a-z0-9_.-]{0,31})@([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
+    r"(?<![\w.@%+/-])([a-z_][a-z0-9_.-]{0,31}|<user(?:-\d{1,5})?>)@([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
     r"|<[a-z][a-z0-9-]{0,24}>)(?=[:\s$#\"']|\Z)"
 )
 _HOMES = re.compile(
@@ -223,6 +308,8 @@ _HOMES = re.compile(
     r"|(?<![A-Za-z])([A-Za-z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/)))"
     r"([^/\\\s'\":*?|<>]{1,64})"
 )
+# What follows "@" in `name@<commit>` or `pkg@v1.2.3`: a revision, not a host.
+_REVISION = re.compile(r"(?=[a-f]{0,63}\d)[0-9a-f]{7,64}|v?\d{1,6}(?:\.\d{1,9}){1,4}(?:[.+-][A-Za-z0-9.]{1,32})?")
 _GENERIC_HOME_NAMES = frozenset({"public", "shared", "default", "default user", "all users", "linuxbrew", "guest"})
 # Host names in a host context.
 _HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}")
@@ -234,10 +321,14 @@ _CONNECT_HOST = re.compile(
 )
 _NCCL_PREFIX = re.compile(r"(?m)^([A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,10}):(\d{1,10}) \[")
 _RDZV_URL = re.compile(r"(?i)(?<![A-Za-z0-9+.-])(?:tcp|env|c10d|etcd|etcd-v2|static)://(?=[A-Za-z0-9\[])")
+# "_" never occurs in a host name and always beside Python names (torch._C._distributed_c10d.local).
 _INTERNAL_FQDN = re.compile(
-    r"(?<![A-Za-z0-9.-])([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,6})"
-    r"\.(?:" + "|".join(re.escape(suffix[1:]) for suffix in _INTERNAL_SUFFIXES) + r")(?![A-Za-z0-9-])"
+    r"(?<![A-Za-z0-9._-])([A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,6})"
+    r"\.(?:" + "|".join(re.escape(suffix[1:]) for suffix in _INTERNAL_SUFFIXES) + r")(?![A-Za-z0-9_-])"
 )
+# Suffixes that are also Python names (threading.local, sklearn.cluster, google.protobuf.internal):
+# a host under them shows a digit or a hyphen in a label (gpu-node-3.local, ip-10-0-1-2.ec2.internal).
+_AMBIGUOUS_SUFFIXES = (".local", ".cluster", ".internal")
 _AWS_HOSTNAME = re.compile(r"(?<![A-Za-z0-9-])ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?![0-9])")
 _PUBLIC_HOSTS = (
     "github.com", "githubusercontent.com", "gitlab.com", "bitbucket.org", "huggingface.co", "hf.co",
@@ -278,6 +369,8 @@ _NOT_HOST_WORDS = frozenset({
     "true", "false", "none", "null", "already", "any", "all", "the", "a", "an", "it", "this", "that",
     "port", "address", "server", "host", "peer", "device", "remote", "local", "network", "socket",
     "store", "rendezvous", "endpoint", "interface", "cuda", "gpu", "unknown", "n/a", "localhost",
+    "and", "or", "to", "for", "of", "is", "in", "on", "with", "can", "must", "should", "be", "not", "from",
+    "e.g", "i.e", "addr", "hostname", "ip", "master_addr",
 })
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::1", "::"})
 
@@ -397,17 +490,109 @@ def _credential_like(value: str) -> bool:
 
 
 def _credential_shaped(value: str) -> bool:
-    """16+ characters of an API key's alphabet with letters and digits: not `shape=(1, 2)`."""
-    return len(value) >= 16 and bool(_KEY_ALPHABET.fullmatch(value)) and _has_letter_and_digit(value)
+    """16+ characters of an API key's alphabet with letters and digits: not `shape=(1, 2)`, nor a
+    dotted name (`down_blocks.1.attentions.0`)."""
+    return (len(value) >= 16 and bool(_KEY_ALPHABET.fullmatch(value)) and _has_letter_and_digit(value)
+            and not _NAME_LIKE.fullmatch(value))
+
+
+_STRING_PREFIX = re.compile(r"[fFrRbBuU]{1,2}(?=['\"])")
+
+
+def _skip_string_prefix(text: str, i: int) -> int:
+    """The position of the quote of a Python string literal with a prefix (f"...", rb'...')."""
+    m = _STRING_PREFIX.match(text, i)
+    return m.end() if m else i
 
 
 def _has_letter_and_digit(value: str) -> bool:
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
+def _mixed_case_and_digit(value: str) -> bool:
+    return any(c.isdigit() for c in value) and any(c.islower() for c in value) and any(c.isupper() for c in value)
+
+
+_IDENT_CHAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_LOWER_CHAIN = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+")
+_CODE_RECEIVERS = frozenset({
+    "self", "cls", "args", "kwargs", "config", "cfg", "opt", "opts", "options", "params", "settings", "os",
+    "sys", "env", "environ", "ctx", "context", "state", "request",
+})
+_CODE_WORDS = frozenset({"self", "cls", "args", "kwargs", "str", "int", "bool", "float", "bytes", "dict", "list", "object", "Any"})
+_SECRET_WORDS = frozenset({
+    "token", "key", "secret", "password", "passwd", "pwd", "auth", "credential", "credentials", "apikey",
+    "api_key", "cookie", "passphrase",
+})
+_TYPE_NAME = re.compile(r"_{0,2}(?:[A-Z][a-z0-9]{2,}){2,}")  # StorageKey, TextGenerationStreamOutputToken
+_LOG_LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL):\Z")
+
+
+def _code_value(text: str, start: int, end: int) -> bool:
+    """Whether the unquoted value text[start:end] after a secret-like or host-like name is a
+    program's expression, not a literal one: `token = kwargs.pop("token")`, `key = tokens[0]`,
+    `tokenizer.pad_token = tokenizer.eos_token`, `host = self.host`, `hostname: str`. A traceback
+    shows such source lines; hiding them hides the line that failed."""
+    value = text[start:end]
+    if not _IDENT_CHAIN.fullmatch(value):
+        return False
+    if end < len(text) and text[end] in "([":
+        return True  # a call or a subscript
+    if value in _CODE_WORDS:
+        return True
+    low = value.lower()
+    if low in _SECRET_WORDS or ("_" in value or "." in value) and _any(low.rsplit(".", 1)[-1], _KV_WORDS):
+        return True  # a variable named for what it holds: token, hf_token, raw_api_key, constants.OAUTH_CLIENT_SECRET
+    if value.split(".", 1)[0] in _CODE_RECEIVERS and "." in value:
+        return True  # self.LFE_num_id_token
+    if _TYPE_NAME.fullmatch(value) and re.match(r"[ \t]*(?:[,)|\]]|=(?!=)|\Z)", text[end:end + 8]):
+        return True  # a type annotation: `storage_key: StorageKey)`, `token: AddedToken | None = None`
+    if _LOWER_CHAIN.fullmatch(value):
+        # an attribute: of a program's object (self.token, args.hf_token), or snake_case names
+        # (tokenizer.eos_token), or one named like the secret it refers to (model.token)
+        parts = value.split(".")
+        return parts[0] in _CODE_RECEIVERS or "_" in value or _any(parts[-1], _KV_WORDS)
+    return False
+
+
+_NAME_LIKE = re.compile(r"[a-z_][a-z0-9]*(?:[._]+[a-z0-9]+)+_*|[A-Z_][A-Z0-9]*(?:[._]+[A-Z0-9]+)+_*")
+
+
+def _secret_shaped(value: str) -> bool:
+    """Whether a value under a name that only may hold a secret (`token`, `CACHE_KEY`) looks like
+    a credential: 16 or more of an API key's characters with letters and digits, or 20 letters;
+    not a name (`DCP_SHARDING_INFO`, `down_blocks.1.attentions.0`, `charturnerv2`, a class name)."""
+    if _TYPE_NAME.fullmatch(value):
+        return False
+    return _credential_shaped(value) or len(value) >= 20 and value.isalnum()
+
+
+def _names_a_secret(value: str) -> bool:
+    """Whether a value is the name of a secret, not one: `ENV_GITHUB_TOKEN = "GITHUB_TOKEN"`."""
+    return bool(re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", value)) and _secret_level(value) > 0
+
+
+def _huntable(value: str) -> bool:
+    """Whether a value that its context showed to be a secret is distinctive enough to be hidden
+    wherever else it appears: a credential, not a word or a name in a program (`UserWarning`,
+    `requires`, `new_token`), which would then be hidden all over the report."""
+    if not _IDENT_CHAIN.fullmatch(value):
+        return True  # hunter2!, pg-s3cret-99, a base64 key
+    return any(c.isdigit() for c in value) and "_" not in value and "." not in value  # hunter2hunter2
+
+
+def _identifier_start(text: str, end: int) -> int:
+    """Where the run of name characters (letters, digits, `_`, `.`, `-`) that ends at `end` starts."""
+    start = end
+    floor = max(0, end - 96)
+    while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    return start
+
+
 def _name_before(text: str, end: int) -> str:
     """The key name that ends at `end`: identifier characters, plus one word before a space
-    ("secret key", "API key")."""
+    ("secret key", "API key"; kept with its space: `_secret_level` reads it as prose)."""
     start = end
     floor = max(0, end - 96)
     while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
@@ -418,7 +603,7 @@ def _name_before(text: str, end: int) -> str:
         while before > floor and text[before - 1].isalnum():
             before -= 1
         if before < start - 1:
-            name = text[before:start - 1] + "_" + name
+            name = text[before:start - 1] + " " + name
     return name
 
 
@@ -591,7 +776,7 @@ class Redactor:
             return ip.compressed if ip else value
         return value
 
-    def _host_label(self, name: str) -> str:
+    def _host_label(self, name: str, *, learn: bool = True) -> str:
         if name in self._labels:
             return name
         ip = _is_ip(name)
@@ -605,7 +790,9 @@ class Redactor:
         label = self._names.get("host", norm)
         if short != norm and len(short) >= 3:
             self._names.set("host", short, label)
-        if re.search(r"[\d.-]", name) and len(name) >= 4:  # not a word like "cache"
+        # Hunted elsewhere only when it cannot be a word: gpu-node-7, node017, box.corp.example.com
+        # (not "cache", nor "self.host", whose first label would be hunted too).
+        if learn and len(name) >= 4 and (re.search(r"[\d-]", name.split(".")[0]) or name.count(".") >= 2):
             self._found.append(("host", name))
         return label
 
@@ -667,7 +854,8 @@ class Redactor:
         self._learned += len(found)
         for kind, value in found:
             if kind == "secret":
-                self.learn_secret(value)
+                if _huntable(value):
+                    self.learn_secret(value)
             elif kind == "host":
                 if value not in self._literals:
                     self.alias("host", value, self._host_label(value))
@@ -741,8 +929,15 @@ class Redactor:
                 s = pattern.sub(lambda m: self.pseudonym("secret", m.group()), s)
         if "hooks" in s:
             s = _WEBHOOK.sub(lambda m: m.group(1) + self.pseudonym("secret", m.group(2)), s)
-        s = _AWS_SECRET.sub(lambda m: self.pseudonym("secret", m.group()), s)
+        s = _AWS_SECRET.sub(self._aws_secret, s)
         return s
+
+    def _aws_secret(self, m: re.Match[str]) -> str:
+        s, start = m.string, m.start()
+        line = s.rfind("\n", max(0, start - 256), start) + 1
+        if not _SECRET_CONTEXT.search(s[max(line, start - 256):start].lower()):
+            return m.group()  # the form alone: a file name, a digest, a run id
+        return self.pseudonym("secret", m.group())
 
     def _mask_from(
         self, text: str, i: int, *, line: bool = False, pattern: re.Pattern[str] | None = None,
@@ -753,10 +948,24 @@ class Redactor:
             span = (m.start(), m.end()) if m else None
         else:
             span = _value_span(text, i, line=line)
+            if span is not None and span[0] == i and _code_value(text, span[0], span[1]):
+                return None  # unquoted and a program's expression: `token = kwargs.pop(...)`
         if span is None:
             return None
         value = text[span[0]:span[1]]
         if not _plausible_secret(value) or (check is not None and not check(value)):
+            return None
+        return (span[0], span[1], self.pseudonym("secret", value))
+
+    def _weak_secret(self, text: str, i: int) -> tuple[int, int, str] | None:
+        """The value at text[i] after a name that may mean a secret (token, CACHE_KEY): hidden, and
+        hunted elsewhere, when it looks like a credential (`token="charturnerv2"` is a
+        textual-inversion token, and ./charturnerv2.pt its file)."""
+        span = _value_span(text, i)
+        if span is None or span[0] == i and _code_value(text, span[0], span[1]):
+            return None
+        value = text[span[0]:span[1]]
+        if not _plausible_secret(value) or not _secret_shaped(value):
             return None
         return (span[0], span[1], self.pseudonym("secret", value))
 
@@ -765,21 +974,39 @@ class Redactor:
             name = _name_before(text, m.end())
             sep = _SEP.match(text, m.end())
             i = sep.end() if sep else m.end()
-            if not is_secret_name(name):
-                # A bare `key=` (wandb.login(key=...)) holds a secret when its value looks like one.
-                if _name_parts(name)[-1:] == ["key"]:
+            start = _identifier_start(text, m.end())
+            if "." in name and _LOG_LEVEL.search(text, max(0, start - 9), start):
+                return None  # a logger's name: "WARNING:huggingface_hub.utils._auth:..."
+            if sep and sep.group().startswith("]"):
+                return None  # `d[storage_key] = x`: a variable used as an index, not a key's value
+            level = _secret_level(name)
+            if level == 0:
+                # A bare `key=` (wandb.login(key=...)) or "key": "..." holds a secret when its
+                # value looks like one; "for key: <cache key>" or `cache_key=` does not say so.
+                if name.lower() == "key" and sep and ("=" in sep.group() or text[i:i + 1] in ("'", '"')):
                     return self._mask_from(text, i, check=_credential_shaped)
                 return None
+            j = _skip_string_prefix(text, i)
+            if j > i and "f" in text[i:j].lower():
+                span = _value_span(text, j)
+                if span and "{" in text[span[0]:span[1]]:
+                    return None  # an f-string: a template, filled in by the program
+            i = j
+            if level == 1:
+                return self._weak_secret(text, i)
             word = m.group().lower()
             if word == "authorization":
                 scheme = re.compile(r"(?i)(?:bearer|basic|token|digest|negotiate|apikey|aws4-hmac-sha256)[ \t]{1,4}").match(text, i)
                 if scheme:
                     i = scheme.end()
-            return self._mask_from(text, i, line=word == "cookie", check=lambda v: v.lower() != name.lower())
+            return self._mask_from(text, i, line=word == "cookie", check=lambda v: v.lower() != name.lower() and not _names_a_secret(v))
 
         def flag(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
-            if not is_secret_name(m.group(1)):
+            level = _secret_level(m.group(1))
+            if level == 0:
                 return None
+            if level == 1:  # "Pass --token for a non-interactive login."
+                return self._weak_secret(text, m.end())
             return self._mask_from(text, m.end(), check=lambda v: v.lower().replace("-", "_") != m.group(1).lower().replace("-", "_"))
 
         def after(
@@ -793,8 +1020,16 @@ class Redactor:
             s = _rewrite(s, _FLAG, flag)
         if "bearer" in low or "basic" in low:
             s = _rewrite(s, _BEARER, after(_BEARER_VALUE, _credential_like))
+        def loose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+            check = _has_letter_and_digit
+            if m.group(1) == "key" and not is_secret_name(_name_before(text, m.end(1))):
+                # "cache hit for key fatexag6p..." (lower case, a digest): a key, not a secret
+                # one; "the key is Rk9PQkFS..." (upper, lower and digits) is one.
+                check = _mixed_case_and_digit
+            return self._mask_from(text, m.end(), pattern=_LOOSE_VALUE, check=check)
+
         if _any(low, _LOOSE_WORDS):
-            s = _rewrite(s, _LOOSE, after(_LOOSE_VALUE, _has_letter_and_digit))
+            s = _rewrite(s, _LOOSE, loose)
         if "=" in s and ("?" in s or "&" in s):
             s = _rewrite(s, _QUERY, after(_QUERY_VALUE))
         if "login" in low:
@@ -824,19 +1059,28 @@ class Redactor:
 
     def _user_at_host(self, m: re.Match[str]) -> str:
         user, host = m.group(1), m.group(2)
-        if _public_host(host) or not re.search(r"[A-Za-z]", host) and not _is_ip(host):
-            return m.group()
-        user_label = user if user.lower() in _GENERIC_NAMES else self.pseudonym("user", user)
+        if (_public_host(host) or not re.search(r"[A-Za-z]", host) and not _is_ip(host) or _REVISION.fullmatch(host)
+                or host.split(".", 1)[0] in _CODE_RECEIVERS):
+            return m.group()  # a revision (repo@<commit>), a matmul (h@self.proj.weight)
+        user_label = user if user.lower() in _GENERIC_NAMES or user.startswith("<") else self.pseudonym("user", user)
         return f"{user_label}@{host if host.startswith('<') else self._host_label(host)}"
 
     def _email(self, m: re.Match[str]) -> str:
         local, domain = m.group(1), m.group(2)
         tld = domain.rsplit(".", 1)[-1]
-        if not tld.isalpha() or len(tld) < 2 or local.lower() in _GENERIC_URL_USERS:
-            return m.group()
+        if (not tld.isalpha() or len(tld) < 2 or local.lower() in _GENERIC_URL_USERS or tld.lower() in _FILE_SUFFIXES
+                or domain.split(".", 1)[0] in _CODE_RECEIVERS):
+            return m.group()  # file.zip@member.pkl, model@2.safetensors, h@self.proj.weight (a matmul)
         return self.pseudonym("email", m.group())
 
-    def _host_value(self, text: str, i: int, *, nodelist: bool = False, prose: bool = False) -> tuple[int, int, str] | None:
+    def _host_value(
+        self, text: str, i: int, *, nodelist: bool = False, prose: bool = False, weak: bool = False,
+    ) -> tuple[int, int, str] | None:
+        """The host (or address, or node list) that starts at text[i], after a host context.
+        `prose` ("connect to X") and `weak` (a generic name: host, node, server, peer, address)
+        take a name only with a digit or a hyphen, or a dotted name under a known top-level
+        domain: `node: torch.fx.Node` and `host = self.host` are a program's words."""
+        quoted = i < len(text) and text[i] in "'\""
         if i < len(text) and text[i] in "'\"[(":
             i += 1
         v6 = _IPV6_RUN.match(text, i)
@@ -848,8 +1092,13 @@ class Redactor:
             return None
         name = m.group().rstrip(".")
         end = m.start() + len(name)
+        if end < len(text) and text[end] in "_(" or not nodelist and text[end:end + 1] == "[":
+            return None  # a name in a program: socket.gethostname(), args.master_addr, Optional[str]
+        if not quoted and len(name) <= 2 and text[end:end + 1] in ("'", '"'):
+            return None  # a string prefix: f"{master_addr}:{port}"
         if nodelist:
-            return (m.start(), end, self._host_label(name)) if re.search(r"[A-Za-z]", name) else None
+            # gpu[001-004,007], node01,node02; not `Sequence[BaseSchedulerNode]`
+            return (m.start(), end, self._host_label(name)) if re.search(r"[A-Za-z]", name) and re.search(r"\d", name) else None
         if _is_ip(name):
             return (m.start(), end, self._ip_label(_is_ip(name), name))  # type: ignore[arg-type]
         if (
@@ -857,19 +1106,29 @@ class Redactor:
             or name.lower().startswith("0x")
             or name.lower() in _GENERIC_NAMES
             or name.lower() in _NOT_HOST_WORDS
+            or (not quoted and _code_value(text, m.start(), end))
             or (prose and not re.search(r"[\d.-]", name))  # "connect to gpunode" reads as English
+            or (weak and not re.search(r"[\d-]", name) and name.rsplit(".", 1)[-1].lower() not in _HOST_TLDS)
+            # `node = obs0`, `outer_node=node1)`: a program's variable
+            or (weak and not quoted and re.fullmatch(r"[\w.]+", name) is not None
+                and (text.endswith((" = ", " := "), 0, i) or re.match(r"[ \t]*[,)]", text[end:end + 8]) is not None))
             or _public_host(name)
         ):
             return None
-        return (m.start(), end, self._host_label(name))
+        # Under a generic name (node: Conv2) a name is hidden there, not hunted all over the report.
+        return (m.start(), end, self._host_label(name, learn=not weak or "-" in name or name.count(".") >= 2))
 
     def _machines(self, s: str, low: str, *, versions: bool) -> str:
         def host_kv(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
             name = _name_before(text, m.end())
             if not _is_host_name(name):
                 return None
+            start = _identifier_start(text, m.end())
+            if "." in name and _LOG_LEVEL.search(text, max(0, start - 9), start):
+                return None  # a logger's name: "WARNING:urllib3.util.ssl_match_hostname:..."
             sep = _SEP.match(text, m.end())
-            return self._host_value(text, sep.end() if sep else m.end(), nodelist="list" in name.lower())
+            weak = not name.isupper() and not _is_host_name(name, strong=True)
+            return self._host_value(text, sep.end() if sep else m.end(), nodelist="list" in name.lower(), weak=weak)
 
         def host_flag(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
             if not _is_host_name(m.group(1)):
@@ -916,10 +1175,13 @@ class Redactor:
         return (m.start(), m.end(), self.pseudonym(kind, m.group()))
 
     def _internal_fqdn(self, m: re.Match[str]) -> str:
-        # "threading.local" is Python; "gpu-node-3.local" and "a.b.svc.cluster.local" are hosts.
-        if m.group().endswith(".local") and "." not in m.group(1) and not re.search(r"[\d-]", m.group(1)):
-            return m.group()
-        return self._host_label(m.group())
+        # "threading.local", "sklearn.cluster" and "google.protobuf.internal" are Python;
+        # "gpu-node-3.local", "ip-10-0-1-2.ec2.internal" and "a.b.svc.cluster.local" are hosts.
+        name = m.group()
+        if (name.lower().endswith(_AMBIGUOUS_SUFFIXES) and not re.search(r"[\d-]", name)
+                and not name.lower().endswith(".svc.cluster.local")):
+            return name
+        return self._host_label(name)
 
     def _uuid(self, m: re.Match[str]) -> str:
         label = self.pseudonym("uuid", m.group(2))
@@ -939,8 +1201,8 @@ class Redactor:
         ip = _is_ip(stripped)
         if not isinstance(ip, ipaddress.IPv6Address):
             return text
-        # "::2" in a slice or "10::100" is not an address anyone would redact.
-        if stripped.count(":") < 3 and not re.search(r"[A-Fa-f]", stripped):
+        # "::2" in a slice or "10::100" is not an address anyone would redact; "c10::" is C++.
+        if stripped.count(":") < 3 and (not re.search(r"[A-Fa-f]", stripped) or stripped.endswith("::")):
             return text
         return self._ip_label(ip, stripped) + text[len(stripped):]
 

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -316,8 +317,9 @@ def test_stdout_on_dev_full_is_refused_before_the_scan():
 
 
 def test_closed_stdout_is_a_usage_error():
-    proc = subprocess.run(f"{sys.executable} -m gpudoctor list >&-", shell=True, capture_output=True, text=True,
-                          timeout=60)
+    # Quoted: the interpreter may live under a path with a space (.ci/run puts it there).
+    proc = subprocess.run(f"{shlex.quote(sys.executable)} -m gpudoctor list >&-", shell=True, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr == "gpudoctor: standard output is closed; give a file with -o PATH\n"
 
 

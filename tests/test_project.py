@@ -32,6 +32,21 @@ def setup_commands(path) -> tuple[str, str]:
     return commands[0], commands[1]
 
 
+def test_ci_runs_the_suite_where_a_path_looks_like_a_secret(repo_root):
+    """.ci/run runs the README's command in a copy of the checkout under a path with a space and
+    40-character runs of letters and digits (an AWS secret key's form, and mktemp's tmp.XXXXXXXXXX
+    followed by /main/tests/fixtures/run/dtype): a test or a redaction rule that depends on where
+    the checkout lives fails in CI, not only on a user's machine."""
+    ci = (repo_root / ".ci" / "run").read_text()
+    root = re.search(r'^root="\$work/([^"]+)"$', ci, re.M)
+    assert root, ".ci/run lost the folder it copies the checkout into"
+    folder = root.group(1)
+    assert " " in folder
+    assert re.search(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9]{0,39}[A-Z])(?=[A-Za-z0-9]{0,39}[a-z])(?=[A-Za-z0-9]{0,39}[0-9])[A-Za-z0-9]{40}(?![A-Za-z0-9/+])", folder)
+    assert re.search(r"/tmp\.[A-Za-z0-9]{10}$", folder) and 'checkout="$root/main"' in ci
+    assert ci.index('cd "$checkout"') < ci.index("# --- the README's test command")
+
+
 def test_docs_index_is_the_knowledge_base(repo_root):
     page = (repo_root / "docs" / "explain.md").read_text()
     block = re.search(r"<!-- kb-index:start -->\n(.*)<!-- kb-index:end -->", page, re.S)

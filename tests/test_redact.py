@@ -4,11 +4,14 @@ are stable, streams are redacted line by line in bounded memory, and every patte
 hostile input."""
 from __future__ import annotations
 
+import collections
 import io
 import json
+import os
 import random
 import re
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +25,8 @@ from gpudoctor.reports import redact as redact_module
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import Redactor, is_secret_name, redact, redact_report
 from gpudoctor.reports.render import render_json, render_markdown, render_terminal, report_from_dict
+
+import precision_corpus
 
 try:
     import tomllib
@@ -64,6 +69,49 @@ def test_each_form_is_redacted(form):
 @pytest.mark.parametrize("text", DIAGNOSTICS)
 def test_what_a_diagnosis_needs_survives(text):
     assert alice().text(text) == text
+
+
+# --- precision: real paths and log lines come through ---------------------------------------------
+
+
+def test_the_precision_corpus_comes_through_unchanged():
+    """Every file of real torch, transformers, diffusers (and 35 more) installations under mktemp,
+    pytest, Ray, uv, container and cache folders, in paths, tracebacks and commands; commits,
+    wheels, CUDA versions, shapes, nvidia-smi, NCCL and source lines (tests/precision_corpus.py).
+    One redactor for all of it, as one report: a value wrongly learned in one line would be hidden
+    in every later one, and counts here."""
+    entries = precision_corpus.corpus()
+    families = {family for family, _, _ in entries}
+    assert len(entries) >= 20_000
+    assert {"site-packages", "traceback", "checkout", "huggingface", "caches", "commits", "wheels",
+            "versions", "shapes", "nvidia-smi", "nccl", "modules", "keys", "source"} <= families
+    r = alice()
+    changed = [(family, text, out) for family, text, expected in entries if (out := r.text(text)) != expected]
+    counts = collections.Counter(family for family, _, _ in changed)
+    shown = "\n".join(f"  [{family}] {text!r}\n      -> {out!r}" for family, text, out in changed[:12])
+    assert not changed, f"{len(changed)} of {len(entries)} strings altered, by family {dict(counts)}:\n{shown}"
+
+
+def test_the_corpus_is_the_same_in_every_process():
+    # Seeded, and no set or hash order in it: a failure names the same strings on every machine.
+    digest = ("import hashlib, sys; sys.path.insert(0, 'tests'); import precision_corpus as p; "
+              "print(hashlib.sha256(repr(p.corpus()).encode()).hexdigest())")
+    runs = {subprocess.run([sys.executable, "-c", digest], cwd=ROOT, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(runs) == 1
+    paths = precision_corpus.distribution_paths()
+    assert len(paths) >= 20_000 and "torch/nn/modules/module.py" in paths
+
+
+def test_a_path_is_not_a_secret_but_a_secret_word_before_a_key_is():
+    # The issue's line: 40 letters, digits and slashes of a path looked like an AWS secret key.
+    line = "python /tmp/tmp.6xjVbbjJMQ/main/tests/fixtures/run/dtype_mismatch.py"
+    assert alice().text(line) == line
+    key = "k9Xw2Lr8Tq/ZmB4vN7pYc1Hd6Fs3Ga0Je5UiOy+E"
+    for text in (f"secret: {key}", f"AKIAZ7QWERTYUIOP4XYZ,{key}", f"aws creds {key}"):
+        assert key not in alice().text(text), text
+    for text in (f"/tmp/{key}/x.py", f"see {key}.py", f"run-{key}"):
+        assert alice().text(text) == text
 
 
 # --- every output format -------------------------------------------------------------------------
@@ -369,7 +417,7 @@ def test_lines_helper():
 @pytest.mark.parametrize("name", [
     "HF_TOKEN", "WANDB_API_KEY", "api-key", "apiKey", "clientSecret", "DB_PASSWORD", "MYSQL_PWD",
     "PGPASSWORD", "aws_secret_access_key", "AccountKey", "Authorization", "x-api-key", "session_id",
-    "GOOGLE_APPLICATION_CREDENTIALS", "password", "token", "CACHE_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS", "password", "token", "CACHE_KEY", "csrftoken", "refresh_token",
 ])
 def test_secret_names(name):
     assert is_secret_name(name)
@@ -378,6 +426,7 @@ def test_secret_names(name):
 @pytest.mark.parametrize("name", [
     "TOKENIZERS_PARALLELISM", "max_tokens", "key", "token_count", "PWD", "key_padding_mask",
     "num_key_value_heads", "token_type_ids", "AWS_ACCESS_KEY_ID", "monkey", "pass", "tokenizer",
+    "pad_token", "eos_token", "decoder_start_token", "image_token",
 ])
 def test_not_secret_names(name):
     assert not is_secret_name(name)

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -303,7 +304,8 @@ def test_a_pipe_that_keeps_writing_is_read_past_the_idle_deadline(tmp_path):
 
 
 def test_report_reads_a_pipe_from_process_substitution(tmp_path):
-    done = subprocess.run(["bash", "-c", f'{sys.executable} -m gpudoctor report --format json <(cat "{SAMPLE}")'],
+    command = f"{shlex.quote(sys.executable)} -m gpudoctor report --format json <(cat {shlex.quote(str(SAMPLE))})"
+    done = subprocess.run(["bash", "-c", command],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and json.loads(done.stdout)["created"] == sample()["created"]
 

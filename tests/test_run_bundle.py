@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import sys
 
 import pytest
@@ -173,9 +174,16 @@ def test_scan_probes_come_from_the_explanation():
 def test_guess_python(tmp_path):
     assert ticket.guess_python([sys.executable, "x.py"]) == sys.executable
     launcher = tmp_path / "torchrun"
-    launcher.write_text(f"#!{sys.executable}\nimport sys\n")
+    launcher.write_text("#!/opt/conda/bin/python3.11\nimport sys\n")
     launcher.chmod(0o755)
-    assert ticket.guess_python([str(launcher)]) == sys.executable
+    assert ticket.guess_python([str(launcher)]) == "/opt/conda/bin/python3.11"
+    # pip's launcher where the interpreter's path has a space or is longer than a `#!` line holds
+    # (a venv under "/tmp/ci run/..."): /bin/sh runs the quoted interpreter.
+    for interpreter in (sys.executable, "/opt/my envs/py311/bin/python3.11"):
+        sh_launcher = tmp_path / "accelerate-sh"
+        sh_launcher.write_text("#!/bin/sh\n'''exec' " + shlex.quote(interpreter) + ' "$0" "$@"\n' + "' '''\nimport sys\n")
+        sh_launcher.chmod(0o755)
+        assert ticket.guess_python([str(sh_launcher)]) == interpreter
     env_launcher = tmp_path / "accelerate"
     env_launcher.write_text("#!/usr/bin/env python3\n")
     env_launcher.chmod(0o755)

@@ -3,7 +3,7 @@
 One `Redactor` is built per report (or per bundle): it knows this machine's identity (home, user
 names, host name, machine id, secrets held in secret-named environment variables) and hands out
 stable pseudonyms, so that the same secret, host, address or user gets the same placeholder
-everywhere in that report (`<host-2>` on two lines is one machine). The README's "What is
+everywhere in that report (`<host-2>` on two lines is one machine). docs/reports.md's "What is
 redacted" table lists every form; in short:
 
 - secrets, by name: a value whose key, variable or flag is secret-like (`HF_TOKEN=...`,

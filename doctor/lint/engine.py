@@ -78,8 +78,10 @@ class UsageError(ValueError):
 
 
 def discover(paths: list[str], select: list[str] | None, ignore: list[str] | None,
-             isolated: bool) -> list[tuple[Task, cfg.Config]]:
-    """The files to lint, each with its rule codes and configuration."""
+             isolated: bool, force_exclude: bool = False) -> list[tuple[Task, cfg.Config]]:
+    """The files to lint, each with its rule codes and configuration. A file named on the command
+    line is linted even where the configuration excludes it, unless `force_exclude` (pre-commit
+    names every changed file: the configuration must still decide)."""
     out: list[tuple[Task, cfg.Config]] = []
     seen: set[str] = set()
     for arg in paths:
@@ -91,6 +93,8 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
         codes = tuple(r.code for r in chosen)
         if os.path.isdir(arg):
             walked = _walk(arg, config)
+        elif force_exclude and _force_excluded(arg, config):
+            continue
         else:
             kind = classify(arg)
             if kind is None:
@@ -110,6 +114,20 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
             if file_codes:
                 out.append((Task(path, kind, sub, file_codes, size), config))
     return out
+
+
+def _force_excluded(path: str, config: cfg.Config) -> bool:
+    """A file the walk would leave out: excluded by the configuration, or under a folder excluded
+    by default (.venv, build, site-packages, ...) below the configuration's root (or the current
+    folder when there is no configuration)."""
+    if config.excluded(path):
+        return True
+    base = config.root or os.getcwd()
+    rel = os.path.relpath(os.path.abspath(path), base)
+    if rel.startswith(os.pardir + os.sep):
+        rel = os.path.normpath(path)
+    parts = rel.split(os.sep)[:-1]
+    return any(p in DEFAULT_EXCLUDE for p in parts)
 
 
 def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int]]:
@@ -314,10 +332,11 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
 
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
-         isolated: bool = False, jobs: int | None = None) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+         isolated: bool = False, jobs: int | None = None,
+         force_exclude: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
     """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError."""
     result = LintResult()
-    planned = discover(paths, select, ignore, isolated)
+    planned = discover(paths, select, ignore, isolated, force_exclude)
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}

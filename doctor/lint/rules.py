@@ -35,6 +35,10 @@ class Rule:
     near_misses: str
     # Optional regex over the raw bytes, checked after the substring groups pass.
     pattern: bytes | tuple[bytes, ...] | None = None  # every one must match
+    # How bad a finding is, in SARIF's words (GitHub code scanning and annotations use them):
+    # "error" fails or computes wrong results when it runs, "warning" costs memory or time or
+    # is deprecated, "note" is informational.
+    level: str = "error"
 
     def wants(self, data: bytes) -> bool:
         if not all(any(s in data for s in group) for group in self.prefilter):
@@ -73,6 +77,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU001",
         name="naive-attention",
         kb_id="attention-oom",
+        level="warning",
         title="hand-written attention materialises the full score matrix",
         kinds=(PYTHON,),
         prefilter=((b"softmax",), (b"bmm", b"matmul", b"@", b"einsum")),
@@ -116,6 +121,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU002",
         name="sdp-kernel-deprecated",
         kb_id="sdp-kernel-deprecated",
+        level="warning",
         title="torch.backends.cuda.sdp_kernel() is deprecated",
         kinds=(PYTHON,),
         prefilter=((b"sdp_kernel",),),
@@ -182,6 +188,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU004",
         name="shape-tensor-arithmetic",
         kb_id="misaligned-address",
+        level="warning",
         title="shape values held as tensors are used in arithmetic before int() / .tolist()",
         kinds=(PYTHON,),
         prefilter=((b"torch.tensor(", b"as_tensor(", b"LongTensor(", b"IntTensor(", b"new_tensor(", b"torch.stack("),
@@ -302,6 +309,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU007",
         name="xformers-attention",
         kb_id="xformers-flash-invalid-argument",
+        level="note",
         title="xformers attention call site (informational: the SDPA route for Blackwell)",
         kinds=(PYTHON,),
         prefilter=((b"xformers", b"memory_efficient_attention"),),

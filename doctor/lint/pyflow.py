@@ -795,6 +795,8 @@ class Interp:
                 if local:
                     self._note_keyword(k.arg, k.value, v)
         qual = self.src.qualname(func) if not is_method else None
+        if qual and isinstance(func, ast.Name):
+            name = qual.rsplit(".", 1)[-1]  # `from flash_attn import flash_attn_func as faf`: faf is flash_attn_func
         if name in self.probs_funcs:
             return TV(attn="probs", attn_origin=node)
 

@@ -83,17 +83,41 @@ _TRIGGERS = {
 }
 
 
-def _wanted(text: str, codes: set[str]) -> bool:
+def _words(names: set[str]) -> re.Pattern[str]:
+    """Lines worth walking for any of these names (a substring test: the walk decides)."""
+    return re.compile("|".join(map(re.escape, sorted(names))))
+
+
+def _triggers(src: PySource, codes: set[str]) -> list[tuple[tuple[str, ...], re.Pattern[str] | None, tuple[str, ...]]]:
+    """Per rule: its trigger words, its pattern, and the names this file binds to something the
+    words or the pattern name (`from flash_attn import flash_attn_func as faf`: `faf` is as good
+    as `flash_attn`), which stand in for either."""
+    out = []
     for c in codes:
         trigger = _TRIGGERS.get(c)
-        if trigger and any(w in text for w in trigger[0]) and (trigger[1] is None or trigger[1].search(text)):
+        if trigger is None:
+            continue
+        words, pattern = trigger
+        aliases = tuple(n for n, q in src.imports.items()
+                        if n not in q.split(".") and (any(w.rstrip("(") in q for w in words) or
+                                                      (pattern is not None and pattern.search(q + "("))))
+        out.append((words, pattern, aliases))
+    return out
+
+
+def _wanted(text: str, triggers) -> bool:
+    for words, pattern, aliases in triggers:
+        alias = any(a in text for a in aliases)
+        if (alias or any(w in text for w in words)) and (pattern is None or alias or pattern.search(text)):
             return True
     return False
 
 
 def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
+    triggers = _triggers(src, codes)
+
     def want(fn: ast.AST) -> bool:
-        return _wanted(src.scope_text(fn), codes)
+        return _wanted(src.scope_text(fn), triggers)
 
     interp = Interp(src)
     interp.run(want)
@@ -238,7 +262,7 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
     call_funcs: set[int] = set()
     calls: list[ast.Call] = []
     refs: list[ast.AST] = []
-    for node, _ in src.nodes_on_lines(src.lines_matching("sdp_kernel"), (ast.Call, ast.Attribute, ast.Name)):
+    for node, _ in src.nodes_on_lines(src.lines_matching(_words(src.spellings(_SDP))), (ast.Call, ast.Attribute, ast.Name)):
         if isinstance(node, ast.Call) and src.qualname(node.func) == _SDP:
             calls.append(node)
             call_funcs.add(id(node.func))
@@ -622,9 +646,12 @@ def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST
 
 def _xformers(src: PySource) -> list[Finding]:
     out: list[Finding] = []
-    for node, _ in src.nodes_on_lines(src.lines_matching("memory_efficient_attention"), (ast.Call,)):
+    spelt = src.spellings("xformers.ops.memory_efficient_attention") | {"memory_efficient_attention"}
+    for node, _ in src.nodes_on_lines(src.lines_matching(_words(spelt)), (ast.Call,)):
         assert isinstance(node, ast.Call)
         name = call_name(node)
+        if isinstance(node.func, ast.Name):
+            name = (src.qualname(node.func) or name).rsplit(".", 1)[-1]
         if name == "enable_xformers_memory_efficient_attention" and isinstance(node.func, ast.Attribute):
             out.append(_finding(src, node, "GPU007", (
                 "enable_xformers_memory_efficient_attention(): xformers 0.0.30-0.0.32 run a Hopper-only "

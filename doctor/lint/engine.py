@@ -83,7 +83,7 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
     line is linted even where the configuration excludes it, unless `force_exclude` (pre-commit
     names every changed file: the configuration must still decide)."""
     out: list[tuple[Task, cfg.Config]] = []
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()  # (device, inode): one file reached twice (links, overlapping paths)
     for arg in paths:
         if not os.path.exists(arg):
             raise UsageError(f"{arg}: no such file or directory")
@@ -101,12 +101,12 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
                 raise UsageError(f"{arg}: not a file type gpudoctor lint reads (Python, C++/CUDA, CMake, Makefile, "
                                  "shell script, Dockerfile)")
             try:
-                size = os.path.getsize(arg)
+                st = os.stat(arg)
+                size, key = st.st_size, (st.st_dev, st.st_ino)
             except OSError:
-                size = 0
-            walked = iter([(os.path.normpath(arg), kind, size)])
-        for path, (kind, sub), size in walked:
-            key = os.path.realpath(path)
+                size, key = 0, (-1, hash(os.path.realpath(arg)))
+            walked = iter([(os.path.normpath(arg), kind, size, key)])
+        for path, (kind, sub), size, key in walked:
             if key in seen:
                 continue
             seen.add(key)
@@ -130,7 +130,9 @@ def _force_excluded(path: str, config: cfg.Config) -> bool:
     return any(p in DEFAULT_EXCLUDE for p in parts)
 
 
-def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int]]:
+def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int, tuple[int, int]]]:
+    """(path, kind, size, (device, inode)) of the files under root, in name order; the identity
+    comes from the stat the size needs (realpath on every file cost more than the walk)."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -154,10 +156,11 @@ def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str],
             if kind is None or config.excluded(e.path):
                 continue
             try:
-                size = e.stat().st_size
+                st = e.stat()
+                size, key = st.st_size, (st.st_dev, st.st_ino)
             except OSError:
-                size = 0
-            yield os.path.normpath(e.path), kind, size
+                size, key = 0, (-1, hash(os.path.realpath(e.path)))
+            yield os.path.normpath(e.path), kind, size, key
         stack.extend(reversed(subdirs))
 
 

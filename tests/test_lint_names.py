@@ -148,3 +148,21 @@ def f(q, B, H, N, D):
 
 def test_a_name_bound_twice_at_module_level_is_not_followed(tmp_path):
     assert lint_source(tmp_path, REBOUND, select=["GPU002", "GPU003"]).findings == []
+
+
+SCOPED = """
+def new_api(q):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        return q
+
+def old_api(q, flags):
+    from torch.backends.cuda import sdp_kernel as sdpa_kernel
+    with sdpa_kernel(**flags):  # <-
+        return q
+"""
+
+
+def test_an_import_inside_a_function_binds_the_name_there_only(tmp_path):
+    result = lint_source(tmp_path, SCOPED, select=["GPU002"])
+    assert lines(result, "GPU002") == marked_lines(SCOPED)

@@ -56,6 +56,9 @@ class PySource:
         self.shadowed: set[str] = set()  # module-level names the file binds itself (def, class, assignment)
         self.star_modules: list[str] = []  # `from M import *`
         self._conflicts: set[str] = set()
+        # imports inside functions bind names in that function only: (function, {local: qual})
+        self._scoped: list[tuple[ast.AST, dict[str, str]]] = []
+        self._scoped_names: set[str] = set()
         self.import_nodes: list[ast.stmt] = []  # top-level import statements, in order
         self.stmts: list[tuple[ast.stmt, Scope]] = []  # every statement, source order
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
@@ -73,7 +76,7 @@ class PySource:
             if t is ast.Import:
                 for a in s.names:  # type: ignore[attr-defined]
                     if a.asname:
-                        self._bind_import(a.asname, a.name)
+                        self._bind_import(a.asname, a.name, scope)
                     else:
                         top = a.name.split(".")[0]
                         self.imports.setdefault(top, top)
@@ -81,7 +84,7 @@ class PySource:
                 if s.module and not s.level:  # type: ignore[attr-defined]
                     for a in s.names:  # type: ignore[attr-defined]
                         if a.name != "*":
-                            self._bind_import(a.asname or a.name, f"{s.module}.{a.name}")  # type: ignore[attr-defined]
+                            self._bind_import(a.asname or a.name, f"{s.module}.{a.name}", scope)  # type: ignore[attr-defined]
                         else:
                             self.star_modules.append(s.module)  # type: ignore[attr-defined]
                 else:  # a relative import: a module of this project, known only to the project pass
@@ -106,10 +109,15 @@ class PySource:
                 for case in getattr(s, "cases", ()) or ():
                     self._index(case.body, scope)
 
-    def _bind_import(self, local: str, qual: str) -> None:
+    def _bind_import(self, local: str, qual: str, scope: Scope) -> None:
         """Two imports of one name (try: from flash_attn.flash_attn_interface import f / except:
         from flash_attn import f) agree when they name the same function; otherwise the name is
-        not followed."""
+        not followed, except inside a function that imports it itself."""
+        if scope is not self.tree:
+            if not self._scoped or self._scoped[-1][0] is not scope:
+                self._scoped.append((scope, {}))
+            self._scoped[-1][1][local] = qual
+            self._scoped_names.add(local)
         old = self.imports.get(local)
         if old is not None and old != qual and old.rsplit(".", 1)[-1] != qual.rsplit(".", 1)[-1]:
             self._conflicts.add(local)
@@ -181,7 +189,8 @@ class PySource:
     def spellings(self, qual: str) -> set[str]:
         """The names this file may call `qual` by: its last part (through any module alias) and
         every local name bound to exactly it."""
-        return {qual.rsplit(".", 1)[-1]} | {n for n, q in self.imports.items() if q == qual}
+        return {qual.rsplit(".", 1)[-1]} | {n for n, q in self.imports.items() if q == qual} | \
+            {n for _, table in self._scoped for n, q in table.items() if q == qual}
 
     def scope_statements(self, scope: Scope) -> list[ast.stmt]:
         """The statements of one function (or of the module outside functions), in order."""
@@ -285,6 +294,15 @@ class PySource:
             return None
         name = node.id
         root = self.imports.get(name)
+        if name in self._scoped_names:
+            line = getattr(node, "lineno", 0)
+            inner = None
+            for fn, table in self._scoped:
+                if name in table and fn.lineno <= line <= fn.end_lineno and \
+                        (inner is None or fn.lineno > inner[0].lineno):  # type: ignore[attr-defined]
+                    inner = (fn, table)
+            if inner is not None:
+                root = inner[1][name]
         if root is None and name not in self.shadowed:
             root = _CONVENTIONAL.get(name)
             if root is None and self.star_modules:

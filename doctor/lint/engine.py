@@ -1,6 +1,6 @@
 """Running the rules over files: discovery, the per-rule substring prefilter, one parse per file,
-inline suppressions, a process pool over chunks of files, and the cross-file step (GPU009's
-callers, GPU011's creators) in the parent.
+inline suppressions, a process pool over chunks of files, and the cross-file step in the parent
+(GPU009's callers; the Python project pass of gpudoctor.lint.project).
 
 A file is read only when one of the selected rules applies to its kind, and decoded and parsed
 only when the rule's prefilter finds the text it looks for; a file that is never parsed cannot be
@@ -66,8 +66,7 @@ class FileResult:
     suppress: dict[int, frozenset[str] | None] = field(default_factory=dict)
     cpp_summaries: list[Any] = field(default_factory=list)
     cpp_bound: set[str] = field(default_factory=set)
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
-    after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
 
 
 class UsageError(ValueError):
@@ -234,7 +233,7 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
         tree = ast.parse(text, filename=path)
         facts = pyrules.Facts()
         findings = pyrules.check(PySource(path, text, tree), codes, facts)
-        result.creators, result.after_cast = facts.creators, facts.after_cast
+        result.facts = facts
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
@@ -377,28 +376,10 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             f = cpprules.data_ptr_finding(s, i)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = {}
-    for fr in by_path.values():
-        creators.update(fr.creators)
-    if creators:
-        from gpudoctor.lint.model import DISPLAY_ONLY, Fix
+    facts = {path: fr.facts for path, fr in by_path.items() if fr.facts is not None}
+    if facts:
+        from gpudoctor.lint import project
 
-        for fr in by_path.values():
-            if "GPU011" not in tasks[fr.path].codes:
-                continue
-            for method, line, col, root, cast_line, recv in fr.after_cast:
-                if method not in creators:
-                    continue
-                where, def_line, attrs = creators[method]
-                shown = ", ".join(a.split(".", 1)[-1] for a in attrs[:4]) + (", ..." if len(attrs) > 4 else "")
-                f = Finding(path=fr.path, line=line, col=col, code="GPU011", kb_id=rules.BY_CODE["GPU011"].kb_id,
-                            message=(f"{recv}.{method}() creates float32 submodules ({shown}; {where}:{def_line}) and "
-                                     f"never converts them, but {root} was cast at line {cast_line}: their matmuls "
-                                     f"fail with 'mat1 and mat2 must have the same dtype'; convert them at the end of "
-                                     f"{method}() (self.to(dtype=..., device=...) of the existing weights) or call "
-                                     f"{root}.to(...) after it"),
-                            fix=Fix(DISPLAY_ONLY, f"convert the new modules at the end of {method}()"),
-                            end_line=line, end_col=col + len(method))
-                if not suppressed(f, fr.suppress):
-                    out.append(f)
+        out += project.resolve(facts, {path: tasks[path].codes for path in facts},
+                               lambda f: suppressed(f, by_path[f.path].suppress))
     return out

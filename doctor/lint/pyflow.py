@@ -100,6 +100,12 @@ class TV:
     scalar_of: ast.AST | None = None  # a 0-d element of a size tensor: the unpacked value node
     src: str | None = None  # the parameter this came from by transposes(1, 2) only
     t12: int = 0  # how many transpose(1, 2) since `src`
+    # The result of a call this file cannot see into (`attn.get_attention_scores(q, k)`, a helper
+    # of another module): its name, for the project pass to look up.
+    opaque: str | None = None
+    # probabilities only if `cond[0]` returns `cond[1]` ("scores": the softmax of an opaque
+    # result; "probs": an opaque result used as probabilities)
+    cond: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,9 @@ class ViewEvent:  # GPU003
 class AttentionEvent:  # GPU001
     scores: ast.AST
     product: ast.AST
+    # (callee, kind): attention only if the project's `callee` returns attention "scores" or
+    # "probs" (its result went through a softmax, or was used as probabilities, here)
+    cond: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +229,24 @@ def _relabel(keys: list[float]) -> tuple[int, ...]:
 def _norm(d: int, rank: int) -> int | None:
     d = d + rank if d < 0 else d
     return d if 0 <= d < rank else None
+
+
+# Calls whose result is never an attention matrix of the project's making.
+_NOT_HELPERS = frozenset({"len", "range", "enumerate", "zip", "int", "float", "str", "list", "tuple", "dict", "set",
+                          "isinstance", "getattr", "hasattr", "print", "super", "min", "max", "sum", "abs", "any",
+                          "all", "sorted", "type", "item", "tolist", "size", "dim", "numel", "format", "join",
+                          "keys", "values", "items", "get", "append", "extend", "pop", "update", "split"})
+_LIBRARIES = ("torch.", "math.", "numpy.", "np.", "einops.", "xformers.", "flash_attn.", "os.", "sys.", "re.")
+
+# Helpers of libraries whose result is the softmax of a score matrix (diffusers' Attention and
+# CrossAttention: baddbmm(q, k^T) then softmax).
+PROBS_HELPERS = frozenset({"get_attention_scores"})
+
+
+def _blank(v: Any) -> bool:
+    """An opaque call result about which nothing else is known: arithmetic treats it as it
+    treats an unknown value."""
+    return isinstance(v, TV) and v.opaque is not None and v.rank is None and v.attn is None and v.cond is None
 
 
 def _as_tv(v: Any) -> TV:
@@ -311,7 +338,8 @@ class Interp:
         # functions of this file that return a softmax of scores (get_attention_scores), and the
         # names to treat that way on a second run
         self.returns_probs: set[str] = set()
-        self.probs_funcs: set[str] = set()
+        self.returns_scores: set[str] = set()
+        self.probs_funcs: set[str] = set(PROBS_HELPERS)
         self._current = ""
         self._scalar_reported: set[int] = set()
         self._attn_reported: set[int] = set()
@@ -355,8 +383,8 @@ class Interp:
         elif isinstance(s, (ast.Expr, ast.Return)):
             if s.value is not None:
                 v = self.ev(s.value, env)
-                if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn == "probs" and self._current:
-                    self.returns_probs.add(self._current)
+                if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn and not v.cond and self._current:
+                    (self.returns_probs if v.attn == "probs" else self.returns_scores).add(self._current)
         elif isinstance(s, ast.If):
             self.ev(s.test, env)
             a, b = dict(env), dict(env)
@@ -627,6 +655,8 @@ class Interp:
             for e in sl.elts:
                 if not isinstance(e, ast.Slice):
                     self.ev(e, env)
+        if _blank(recv):
+            return None
         index = int_const(sl)
         if isinstance(recv, ShapeV):
             if index is not None and recv.dims is not None:
@@ -696,7 +726,7 @@ class Interp:
             if isinstance(side, TV) and side.scalar_of is not None and side.rank == 0:
                 self._scalar_use(node, side)
                 return TV(rank=0, scalar_of=side.scalar_of)
-        lt, rt = isinstance(left, TV), isinstance(right, TV)
+        lt, rt = isinstance(left, TV) and not _blank(left), isinstance(right, TV) and not _blank(right)
         if not lt and not rt:
             ls, rs = self._sym(left), self._sym(right)
             if ls is not None and rs is not None:
@@ -726,7 +756,7 @@ class Interp:
             return v
         if isinstance(v, Named):
             return Sym.named(v.key)
-        return None
+        return None  # a tensor, an opaque call result, nothing known
 
     def _scalar_use(self, node: ast.AST, v: TV) -> None:
         origin = v.scalar_of
@@ -737,6 +767,9 @@ class Interp:
 
     def product(self, a: Any, b: Any, node: ast.AST, anode: ast.AST | None, bnode: ast.AST | None) -> TV:
         a, b = _as_tv(a), _as_tv(b)
+        if _blank(a) and a.attn_origin is not None and not self._weightish(bnode):
+            # probabilities @ values, if the helper returns probabilities
+            a = replace(a, attn="probs", cond=(a.opaque, "probs"))  # type: ignore[arg-type]
         probs = a if a.attn == "probs" else b if b.attn == "probs" else None
         if probs is not None and self._weightish(bnode if probs is a else anode):
             probs = None  # probabilities times a parameter: a classifier, not attention
@@ -751,8 +784,9 @@ class Interp:
         if probs is not None:
             origin = probs.attn_origin
             if origin is not None and id(origin) not in self._attn_reported:
-                self._attn_reported.add(id(origin))
-                self.events.append(AttentionEvent(origin, node))
+                if probs.cond is None:
+                    self._attn_reported.add(id(origin))
+                self.events.append(AttentionEvent(origin, node, probs.cond))
             return out
         if self._weightish(anode) or self._weightish(bnode):
             return out
@@ -801,9 +835,14 @@ class Interp:
             return TV(attn="probs", attn_origin=node)
 
         if is_method:
-            return self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
-                               recv, node, args, kws, env)
-        return self.function(qual or name, name, node, args, kws)
+            out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
+                              recv, node, args, kws, env)
+        else:
+            out = self.function(qual or name, name, node, args, kws)
+        if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):
+            # a call this file cannot see into: the project pass may know what it returns
+            return TV(opaque=name, attn_origin=node)
+        return out
 
     def _note_keyword(self, key: str, value_node: ast.AST, v: Any) -> None:
         if not isinstance(v, TV) or not v.sizes:
@@ -1273,7 +1312,11 @@ class Interp:
     def softmax(self, v: Any) -> TV:
         tv = _as_tv(v)
         if tv.attn == "scores":
-            return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles, attn="probs", attn_origin=tv.attn_origin)
+            return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles, attn="probs", attn_origin=tv.attn_origin,
+                      cond=tv.cond)
+        if _blank(tv) and tv.attn_origin is not None:
+            # the softmax of a helper's result: probabilities if the helper returns scores
+            return TV(attn="probs", attn_origin=tv.attn_origin, cond=(tv.opaque, "scores"))  # type: ignore[arg-type]
         return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles)
 
     def sdpa(self, q: TV, v: TV, node: ast.Call) -> TV:

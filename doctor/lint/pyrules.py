@@ -33,10 +33,16 @@ _SDP_POSITIONAL = ("enable_flash", "enable_math", "enable_mem_efficient", "enabl
 
 @dataclass
 class Facts:
-    """What a file contributes to cross-file rules (picklable)."""
+    """What a file contributes to the project pass (gpudoctor.lint.project; picklable)."""
 
     creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
     after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    # GPU001: the functions and methods (by name) that return attention probabilities or raw
+    # scores, and findings that hold only if a helper this file calls returns them:
+    # (helper name, "probs" | "scores", the finding)
+    returns_probs: set[str] = field(default_factory=set)
+    returns_scores: set[str] = field(default_factory=set)
+    cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
 
 
 def _finding(src: PySource, node: ast.AST, code: str, message: str, fix: Fix,
@@ -57,7 +63,7 @@ def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
 def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     if codes & {"GPU001", "GPU003", "GPU004", "GPU008"}:
-        out += _flow_rules(src, codes)
+        out += _flow_rules(src, codes, facts)
     if "GPU002" in codes:
         out += _sdp_kernel(src)
     if "GPU005" in codes:
@@ -76,7 +82,8 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
 
 # Per function: the text a function must contain for the dataflow to look at it for a rule.
 _TRIGGERS = {
-    "GPU001": (("softmax",), re.compile(rules.ATTENTION_PRODUCT.decode())),
+    # softmax in the function, or a helper's probabilities multiplied here (named so)
+    "GPU001": (("softmax", "get_attention_scores", "probs", "scores", "attn"), re.compile(rules.ATTENTION_PRODUCT.decode())),
     "GPU003": ((".view(",), re.compile(rules.NONCONTIGUOUS.decode())),
     "GPU004": (("tensor(", "stack(", "Tensor(", "_sizes", "shape", "size"), None),
     "GPU008": (("flash_attn",), None),
@@ -113,7 +120,7 @@ def _wanted(text: str, triggers) -> bool:
     return False
 
 
-def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
+def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> list[Finding]:
     triggers = _triggers(src, codes)
 
     def want(fn: ast.AST) -> bool:
@@ -121,14 +128,8 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
 
     interp = Interp(src)
     interp.run(want)
-    if "GPU001" in codes and interp.returns_probs:
-        # get_attention_scores(q, k) returns softmax(q k^T): its callers multiply with v
-        names = set(interp.returns_probs)
-        pattern = re.compile(r"\b(%s)\(" % "|".join(map(re.escape, sorted(names))))
-        again = Interp(src)
-        again.probs_funcs = names
-        again.run(lambda fn: bool(pattern.search(src.scope_text(fn))) and fn.name not in names)
-        interp.events += again.events
+    facts = facts if facts is not None else Facts()
+    facts.returns_probs, facts.returns_scores = set(interp.returns_probs), set(interp.returns_scores)
     params = _param_names(src)
     if "GPU004" in codes and interp.kw_sizes:
         # Size tensors passed by keyword: functions of this file with a parameter of that name
@@ -146,7 +147,14 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
         elif isinstance(ev, AttentionEvent) and "GPU001" in codes:
-            f = None if _beside_sdpa(src, ev.scores) else _attention_finding(src, ev)
+            f = None if _beside_sdpa(src, ev.scores) or _chunked(src, ev.scores) else _attention_finding(src, ev)
+            if f is not None and ev.cond is not None:
+                # get_attention_scores(q, k) returns softmax(q k^T) only if the helper does so:
+                # this file's own helpers decide here, the project's in the project pass
+                helper, kind = ev.cond
+                if helper not in (interp.returns_probs if kind == "probs" else interp.returns_scores):
+                    facts.cond_attention.append((helper, kind, f))
+                    f = None
         elif isinstance(ev, ShapeTensorEvent) and "GPU004" in codes:
             f = _shape_tensor_finding(src, ev)
         elif isinstance(ev, ShapeArgEvent) and "GPU004" in codes and ev.keyword not in params:
@@ -213,6 +221,41 @@ def _beside_sdpa(src: PySource, node: ast.AST) -> bool:
                 text = "".join(src.lines[other[0].lineno - 1:other[-1].end_lineno])
                 if "scaled_dot_product_attention" in text:
                     return True
+    return False
+
+
+def _chunked(src: PySource, node: ast.AST) -> bool:
+    """Scores of a slice of the queries taken in a loop (`for i in range(0, n, step): s =
+    q[:, i:i + step] @ k.T`): sliced attention, whose memory the step bounds (the remedy the
+    knowledge base itself gives when SDPA is not available), not the full matrix."""
+    if isinstance(node, ast.Call):
+        operands = list(node.args)
+    elif isinstance(node, ast.BinOp):
+        operands = [node.left, node.right]
+    else:
+        return False
+    bounds = set()
+    for op in operands:
+        while isinstance(op, ast.Call) and isinstance(op.func, ast.Attribute):  # q[:, i:j].float()
+            op = op.func.value
+        if isinstance(op, ast.Subscript):
+            parts = op.slice.elts if isinstance(op.slice, ast.Tuple) else [op.slice]
+            for p in parts:
+                if isinstance(p, ast.Slice):
+                    bounds |= {n.id for b in (p.lower, p.upper) if b is not None for n in walk([b])
+                               if isinstance(n, ast.Name)}
+    if not bounds:
+        return False
+    line = node.lineno  # type: ignore[attr-defined]
+    for st, _ in src.stmts:
+        if isinstance(st, (ast.For, ast.AsyncFor, ast.While)) and st.lineno < line <= st.end_lineno:  # type: ignore[operator]
+            bound_here = {n.id for n in walk([st.target]) if isinstance(n, ast.Name)} if not isinstance(st, ast.While) else set()
+            for inner in walk(st.body):
+                if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                    bound_here |= {n.id for t in targets for n in walk([t]) if isinstance(n, ast.Name)}
+            if bounds & bound_here:
+                return True
     return False
 
 

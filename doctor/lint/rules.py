@@ -87,7 +87,8 @@ RULES: tuple[Rule, ...] = (
         level="warning",
         title="hand-written attention materialises the full score matrix",
         kinds=(PYTHON,),
-        prefilter=((b"softmax",), (b"bmm", b"matmul", b"@", b"einsum")),
+        # a softmax, or probabilities from a helper (get_attention_scores, another module's)
+        prefilter=((b"softmax", b"get_attention_scores", b"probs", b"scores"), (b"bmm", b"matmul", b"@", b"einsum")),
         pattern=(ATTENTION_PRODUCT_ANY,),
         what=(
             "A product of two activations (torch.baddbmm / bmm / matmul / einsum / @, typically q and "

@@ -1,0 +1,81 @@
+"""The project pass: values that cross modules. Each test is a small project of our own, in the
+shape of the public projects issue 21 names (a helper in one module, its caller in another), with
+its near misses beside it."""
+from __future__ import annotations
+
+from lint_helpers import lint_tree
+
+
+def found(result, code):
+    return sorted((f.path.rsplit("/", 1)[-1] if "/" in f.path else f.path, f.line)
+                  for f in result.findings if f.code == code)
+
+
+# --- GPU001: scores from a helper, multiplied in another module -------------------------------------
+
+ATTENTION_PROJECT = {
+    "vid/__init__.py": "",
+    "vid/models/__init__.py": "",
+    "vid/models/attention.py": """
+        import torch
+
+        class Attention(torch.nn.Module):
+            def get_attention_scores(self, query, key, mask=None):
+                scores = torch.baddbmm(self.empty(query, key), query, key.transpose(-1, -2), beta=0, alpha=self.scale)
+                return scores.softmax(dim=-1)
+
+            def raw_scores(self, query, key):
+                return torch.bmm(query, key.transpose(1, 2)) * self.scale
+
+            def pooled(self, x):
+                return x.mean(dim=1)
+        """,
+    "vid/pipelines/__init__.py": "",
+    "vid/pipelines/frames.py": """
+        import torch
+
+        class FrameProcessor:
+            def __call__(self, attn, hidden_states):
+                query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+                attention_probs = attn.get_attention_scores(query, key)
+                return torch.bmm(attention_probs, value)
+
+        class RawProcessor:
+            def __call__(self, attn, q, k, v):
+                weights = attn.raw_scores(q, k).softmax(dim=-1)
+                return torch.bmm(weights, v)
+
+        class NotAttention:
+            def __call__(self, attn, x, v):
+                pooled_scores = attn.pooled(x)
+                return torch.bmm(pooled_scores, v)
+
+        def chunked(attn, q, k, v, step):
+            out = torch.empty_like(q)
+            for i in range(0, q.shape[1], step):
+                end = i + step
+                s = torch.bmm(q[:, i:end], k.transpose(1, 2)).softmax(dim=-1)
+                out[:, i:end] = torch.bmm(s, v)
+            return out
+        """,
+}
+
+
+def test_attention_scores_from_a_helper_in_another_module(tmp_path):
+    result = lint_tree(tmp_path, ATTENTION_PROJECT, select=["GPU001"])
+    # the helper call in each processor; the helper itself (probabilities only), a helper that
+    # returns no scores, and attention over query slices stay silent
+    assert found(result, "GPU001") == [("frames.py", 6), ("frames.py", 11)]
+
+
+def test_a_library_helper_is_known_without_its_source(tmp_path):
+    files = {"proc.py": """
+        import torch
+
+        class AttnProcessor:
+            def __call__(self, attn, hidden_states, mask=None):
+                q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+                attention_probs = attn.get_attention_scores(q, k, mask)
+                return torch.bmm(attention_probs, v)
+        """}
+    assert found(lint_tree(tmp_path, files, select=["GPU001"]), "GPU001") == [("proc.py", 6)]

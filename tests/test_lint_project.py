@@ -79,3 +79,101 @@ def test_a_library_helper_is_known_without_its_source(tmp_path):
                 return torch.bmm(attention_probs, v)
         """}
     assert found(lint_tree(tmp_path, files, select=["GPU001"]), "GPU001") == [("proc.py", 6)]
+
+
+# --- GPU011: modules created late, in a method another module calls after the cast ------------------
+
+LATE_MODULES = {
+    "studio/__init__.py": "",
+    "studio/models/__init__.py": "",
+    "studio/models/extras.py": """
+        import torch.nn as nn
+
+        class Bridge(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                layer = nn.TransformerEncoderLayer(dim, 8, batch_first=True)
+                self.layers = nn.TransformerEncoder(layer, 2)
+
+        class CastingHead(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.fc = nn.Linear(dim, 4)
+
+            def forward(self, x):
+                return self.fc(x.to(self.fc.weight.dtype))
+
+        class Marker:
+            def __init__(self, dim):
+                self.dim = dim
+        """,
+    "studio/models/dit.py": """
+        import torch
+        import torch.nn as nn
+
+        from .extras import Bridge, CastingHead, Marker
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.ffn = nn.Linear(dim, dim)
+
+        class DiT(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+                self.blocks = nn.ModuleList([Block(dim) for _ in range(4)])
+
+            def enable_world_mode(self):
+                ref = next(self.blocks.parameters())
+                self.bridge = Bridge(self.dim)  # <-
+                self.token = nn.Parameter(torch.randn(1, 1, self.dim) * 0.02)  # <-
+                self.extra_blocks = nn.ModuleList([Block(self.dim) for _ in range(2)])  # <-
+                self.head = CastingHead(self.dim)
+                self.marker = Marker(self.dim)
+                self.pose = Bridge(self.dim)
+                self.adapters = nn.ModuleList([nn.Linear(self.dim, self.dim, dtype=ref.dtype) for _ in range(2)])
+                self.fused = nn.ModuleList([Block(self.dim) for _ in range(2)]).to(dtype=ref.dtype)
+                self.pose.to(dtype=ref.dtype, device=ref.device)
+                self.token.to(dtype=ref.dtype)
+        """,
+    "studio/train.py": """
+        import torch
+
+        from studio.pipeline import Pipeline
+
+        class Trainer:
+            def __init__(self):
+                self.pipe = Pipeline.from_pretrained("ckpt", torch_dtype=torch.bfloat16)
+                self.pipe.dit.enable_world_mode()
+        """,
+}
+
+
+def test_modules_created_late_fire_where_they_are_created(tmp_path):
+    from lint_helpers import marked_lines
+
+    result = lint_tree(tmp_path, LATE_MODULES, select=["GPU011"])
+    expected = [("dit.py", n) for n in marked_lines(LATE_MODULES["studio/models/dit.py"])]
+    # a class that casts its inputs, a class without weights, a module converted with .to()
+    # later, modules created with dtype= or converted where they are built stay silent; the
+    # token's .to() thrown away does not convert it
+    assert found(result, "GPU011") == expected
+    bridge = result.findings[0]
+    assert "self.bridge" in bridge.message and "train.py:8" in bridge.message and "line 7" in bridge.message
+
+
+def test_modules_created_late_need_the_late_call(tmp_path):
+    files = dict(LATE_MODULES)
+    files["studio/train.py"] = """
+        import torch
+
+        from studio.pipeline import Pipeline
+
+        class Trainer:
+            def __init__(self):
+                self.pipe = Pipeline.from_pretrained("ckpt")
+                self.pipe.dit.enable_world_mode()
+                self.pipe.to(torch.bfloat16)
+        """
+    assert lint_tree(tmp_path, files, select=["GPU011"]).findings == []

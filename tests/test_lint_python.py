@@ -543,8 +543,8 @@ def test_module_after_cast_across_files(tmp_path):
                     self.head = nn.Linear(4, 4)          # called from __init__: fine
 
                 def enable_world_mode(self, dim):
-                    self.bridge = Adapter(dim)
-                    self.token = nn.Parameter(torch.zeros(1, dim))
+                    self.bridge = Adapter(dim)  # <-
+                    self.token = nn.Parameter(torch.zeros(1, dim))  # <-
                     for p in self.blocks.parameters():
                         p.requires_grad = False
 
@@ -559,7 +559,7 @@ def test_module_after_cast_across_files(tmp_path):
 
             def main(dit):
                 pipe = Pipeline.from_pretrained("x", torch_dtype=torch.bfloat16)
-                pipe.dit.enable_world_mode(1024)  # <-
+                pipe.dit.enable_world_mode(1024)
                 pipe.dit.enable_safe_mode(1024)
             """,
     }
@@ -567,8 +567,9 @@ def test_module_after_cast_across_files(tmp_path):
 
     result = lint_tree(tmp_path, files, select=["GPU011"])
     found = [(f.path.rsplit("/", 1)[-1], f.line) for f in result.findings]
-    assert found == [("train.py", ml(files["train.py"])[0])]
-    assert "bridge" in result.findings[0].message and "model.py" in result.findings[0].message
+    # at each module the method creates (the place to change), naming the call and the cast
+    assert found == [("model.py", line) for line in ml(files["model.py"])]
+    assert "self.bridge" in result.findings[0].message and "train.py:6" in result.findings[0].message
 
 
 @pytest.mark.parametrize("code", ["GPU001", "GPU003", "GPU004", "GPU005", "GPU008"])
@@ -596,3 +597,75 @@ def test_clean_modern_code_is_clean(tmp_path, code):
             return self.proj(out), f * h * w
     """
     assert lint_source(tmp_path, source, select=[code]).findings == []
+
+
+THROWN_AWAY = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Lora(nn.Module):
+    def __init__(self, base, r):
+        super().__init__()
+        self.base = base
+        self.down = nn.Parameter(torch.zeros(r, base.in_features))
+        self.mix = nn.Parameter(torch.ones(r) / r)
+        self.register_buffer("scale", torch.ones(1))
+
+    def half_lora(self):
+        self.base.half()                                  # a module: converted in place
+        self.down.half()  # <-
+        self.down.to(dtype=torch.bfloat16)  # <-
+        self.scale.half()                                 # a buffer: not known to be a parameter
+        y = self.down.to(torch.float16) + 1               # used, not thrown away
+        return y
+
+    def forward(self, x):
+        self.mix = F.softmax(self.mix, dim=0)  # <-
+        weights = F.softmax(self.mix, dim=0)              # a local name
+        self.down.data = self.down.data * 0.5             # in place on .data
+        return x @ self.down.t() * weights.sum()
+"""
+
+
+def test_a_parameter_conversion_thrown_away_and_a_computed_tensor_assigned(tmp_path):
+    result = lint_source(tmp_path, THROWN_AWAY, select=["GPU005"])
+    assert lines(result, "GPU005") == marked_lines(THROWN_AWAY)
+    by_line = {f.line: f for f in result.findings}
+    half, to, computed = (by_line[n] for n in marked_lines(THROWN_AWAY))
+    assert half.fix.applicability == "unsafe" and "in place" in half.message
+    assert computed.fix.applicability == "display-only" and "local name" in computed.message
+
+
+def test_thrown_away_half_really_does_nothing_and_the_fix_converts(tmp_path):
+    torch = pytest.importorskip("torch")
+    source = """
+    import torch
+    import torch.nn as nn
+
+    class Lora(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = nn.Parameter(torch.zeros(2, 3))
+
+        def half_lora(self):
+            self.down.half()
+            return self
+    """
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+    import textwrap
+
+    path = tmp_path / "lora.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    scope: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    assert scope["Lora"]().half_lora().down.dtype == torch.float32  # the bug: nothing happened
+    r = CliRunner().invoke(app, ["lint", str(path), "--fix", "--unsafe-fixes", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "self.down.data = self.down.data.half()" in path.read_text()
+    scope = {}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    fixed = scope["Lora"]().half_lora()
+    assert fixed.down.dtype == torch.float16 and isinstance(fixed.down, torch.nn.Parameter)

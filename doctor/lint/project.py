@@ -13,10 +13,10 @@ Nothing here reads a file.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
-from gpudoctor.lint import rules
-from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
+from gpudoctor.lint.model import Finding
 
 
 def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
@@ -44,28 +44,67 @@ def _attention(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list
     return out
 
 
-def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list[Finding]:
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = {}
+_MODULE_ROOTS = ("Module", "ModelMixin", "PreTrainedModel")
+
+
+def _weighted_classes(facts: dict[str, Any]) -> set[str]:
+    """Names of the project's nn.Module classes that create weights (their own nn.Linear /
+    nn.Parameter, a base's, or a weighted class they build) and do not cast their inputs to
+    them. Classes are known by name: a name two modules define differently is dropped."""
+    classes: dict[str, tuple] = {}
+    twice: set[str] = set()
     for f in facts.values():
-        creators.update(f.creators)
+        for name, summary in f.classes.items():
+            if name in classes and classes[name] != summary:
+                twice.add(name)
+            classes[name] = summary
+    for name in twice:
+        classes.pop(name)
+    modules: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, (bases, _, _, _) in classes.items():
+            if name not in modules and any(b in _MODULE_ROOTS or b in modules for b in bases):
+                modules.add(name)
+                changed = True
+    weighted = {n for n in modules if classes[n][1]}
+    changed = True
+    while changed:
+        changed = False
+        for name in modules - weighted:
+            bases, _, _, builds = classes[name]
+            if any(b in weighted for b in bases) or any(b in weighted for b in builds):
+                weighted.add(name)
+                changed = True
+    return {n for n in weighted if not classes[n][2]}
+
+
+def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list[Finding]:
+    """A method that creates float32 modules, called on an object after it was cast: a finding
+    at each module it creates (the place to change), naming the call and the cast."""
+    calls: dict[str, tuple[str, tuple]] = {}
+    for path in sorted(facts):
+        if "GPU011" in codes.get(path, ()):
+            for entry in facts[path].after_cast:
+                calls.setdefault(entry[0], (path, entry))
     out: list[Finding] = []
-    if not creators:
+    if not calls:
         return out
+    weighted: set[str] | None = None
     for path, f in facts.items():
         if "GPU011" not in codes.get(path, ()):
             continue
-        for method, line, col, root, cast_line, recv in f.after_cast:
-            if method not in creators:
+        for method, created in f.creators.items():
+            if method not in calls:
                 continue
-            where, def_line, attrs = creators[method]
-            shown = ", ".join(a.split(".", 1)[-1] for a in attrs[:4]) + (", ..." if len(attrs) > 4 else "")
-            out.append(Finding(
-                path=path, line=line, col=col, code="GPU011", kb_id=rules.BY_CODE["GPU011"].kb_id,
-                message=(f"{recv}.{method}() creates float32 submodules ({shown}; {where}:{def_line}) and "
-                         f"never converts them, but {root} was cast at line {cast_line}: their matmuls "
-                         f"fail with 'mat1 and mat2 must have the same dtype'; convert them at the end of "
-                         f"{method}() (self.to(dtype=..., device=...) of the existing weights) or call "
-                         f"{root}.to(...) after it"),
-                fix=Fix(DISPLAY_ONLY, f"convert the new modules at the end of {method}()"),
-                end_line=line, end_col=col + len(method)))
+            where, (_, line, _, root, cast_line, recv) = calls[method]
+            for finding, foreign in created:
+                if foreign is not None:
+                    weighted = _weighted_classes(facts) if weighted is None else weighted
+                    if foreign not in weighted:
+                        continue
+                caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "
+                          f"precision at line {cast_line}")
+                out.append(replace(finding, message=finding.message.replace("{caller}", caller)))
     return out

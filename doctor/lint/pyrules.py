@@ -35,11 +35,17 @@ _SDP_POSITIONAL = ("enable_flash", "enable_math", "enable_mem_efficient", "enabl
 class Facts:
     """What a file contributes to the project pass (gpudoctor.lint.project; picklable)."""
 
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
+    # GPU011: method name -> what it creates and never converts: (finding at the assignment, the
+    # class it builds when only the project knows whether that class has weights, or None)
+    creators: dict[str, list[tuple[Finding, str | None]]] = field(default_factory=dict)
+    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver)
     after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
     # GPU001: the functions and methods (by name) that return attention probabilities or raw
     # scores, and findings that hold only if a helper this file calls returns them:
     # (helper name, "probs" | "scores", the finding)
+    # GPU011: the classes of the file, by name: (base names, creates weights in its own text,
+    # casts its inputs, capitalised names it calls), for a class built in another module
+    classes: dict[str, tuple[tuple[str, ...], bool, bool, tuple[str, ...]]] = field(default_factory=dict)
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
@@ -426,9 +432,17 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
             if q.startswith("torch.nn.") and _STD_WEIGHTED.match(q.rsplit(".", 1)[-1]):
                 known |= {"self.weight", "self.bias"}
         if known:
-            for node in stmts:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                    f = _reassign(src, node, known)
+            for m in cls.body:
+                if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in src.scope_statements(m):
+                    f = None
+                    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                        f = _reassign(src, node, known)
+                        if f is None and m.name != "__init__":
+                            f = _computed(src, node, known)
+                    elif isinstance(node, ast.Expr):
+                        f = _thrown_away(src, node, known)
                     if f:
                         out.append(f)
     # module level and plain functions: `m.p = nn.Parameter(...)` then `m.p = m.p.to(...)`
@@ -443,6 +457,10 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                     f = _reassign(src, node, known)
                     if f:
                         out.append(f)
+            elif known and isinstance(node, ast.Expr):
+                f = _thrown_away(src, node, known)
+                if f:
+                    out.append(f)
     # `x.p = nn.Parameter(t).to(...)`
     for node in assigns:
         if isinstance(node.targets[0], ast.Attribute):
@@ -451,6 +469,61 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                 out.append(_parameter_then_cast(src, node, cast))
     unique = {(f.line, f.col): f for f in out}
     return list(unique.values())
+
+
+_THROWN = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type"}
+
+
+def _thrown_away(src: PySource, node: ast.Expr, known: set[str]) -> Finding | None:
+    """`self.p.half()` as a statement: a parameter's conversion returns a new tensor, which is
+    dropped; the parameter keeps its dtype (a module's .half() converts in place, this does not)."""
+    c = node.value
+    if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _THROWN):
+        return None
+    if c.func.attr in ("to", "type") and not c.args and not c.keywords:
+        return None
+    key = dotted(c.func.value)
+    if key not in known:
+        return None
+    method = c.func.attr
+    spelt = src.segment(c.func.value)
+    start, _ = src.span(c)
+    _, recv_end = src.span(c.func.value)
+    fix = Fix(UNSAFE, f"convert in place: {spelt}.data = {spelt}.data.{method}(...)",
+              (Edit(start, start, f"{spelt}.data = "), Edit(recv_end, recv_end, ".data")))
+    message = (f"{key}.{method}(...) returns a converted copy of the nn.Parameter and drops it: unlike a module's "
+               f".{method}(), a parameter's conversion is not in place, so {key} keeps its old dtype/device (a "
+               f"float32 parameter next to a half-precision model: 'expected scalar type' / 'mat1 and mat2 must "
+               f"have the same dtype'); convert in place: {spelt}.data = {spelt}.data.{method}(...)")
+    return _finding(src, node, "GPU005", message, fix)
+
+
+def _computed(src: PySource, node: ast.Assign, known: set[str]) -> Finding | None:
+    """`self.p = F.softmax(self.p, dim=0)`: a tensor computed from the parameter, assigned back to
+    its name, which nn.Module refuses (TypeError) once it is a registered parameter."""
+    key = dotted(node.targets[0])
+    value = node.value
+    if key not in known or _is_parameter_call(src, value):
+        return None
+    if not any(isinstance(n, (ast.Attribute, ast.Name)) and dotted(n) == key for n in walk([value])):
+        return None
+    if isinstance(value, ast.Call):
+        q = src.qualname(value.func) or ""
+        if isinstance(value.func, ast.Attribute) and (dotted(value.func.value) or "").split(".")[0] == "self" \
+                and dotted(value.func.value) != key:
+            return None  # self.helper(self.p): it may return a Parameter
+        if not (q.startswith("torch.") or (isinstance(value.func, ast.Attribute) and dotted(value.func.value) == key)):
+            return None
+    elif not isinstance(value, ast.BinOp):
+        return None
+    shown = _short(src, value, 50)
+    local = key.rsplit(".", 1)[-1]
+    message = (f"{key} is an nn.Parameter, and `{shown}` is a plain Tensor computed from it: assigning it to the "
+               f"parameter's name raises TypeError: cannot assign ... as parameter (torch.nn.Parameter or None "
+               f"expected) (and would replace the learned values with a computed copy on every call); keep it in "
+               f"a local name: {local} = {shown}")
+    return _finding(src, node, "GPU005", message,
+                    Fix(DISPLAY_ONLY, f"assign the computed tensor to a local name ({local} = ...) and use that"))
 
 
 def _reassign(src: PySource, node: ast.Assign, known: set[str]) -> Finding | None:
@@ -748,7 +821,8 @@ _WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[1
                        r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
                        r"RNN|PReLU|Transformer\w*)$")
 _WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
-                           r"BatchNorm\w*|MultiheadAttention|LSTM|GRU|Parameter)\(|\bParameter\(")
+                           r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU|Parameter)\("
+                           r"|\bParameter\(")
 _CASTS_INPUTS = re.compile(r"\.to\([^)\n]*dtype|\.type_as\(|autocast\(")
 
 
@@ -765,7 +839,10 @@ def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
     if "dtype" in src.segment(node):
         return False
     if last == "Parameter":
+        # nn.Parameter(torch.randn(1, dim) * 0.02): data made here, in float32
         data = node.args[0] if node.args else kwarg(node, "data")
+        while isinstance(data, ast.BinOp):
+            data = data.left if isinstance(data.left, (ast.Call, ast.BinOp)) else data.right
         if not isinstance(data, ast.Call):
             return False
         dq = src.qualname(data.func) or ""
@@ -851,8 +928,10 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                     isinstance(value.func, ast.Attribute):
                 c = value
                 recv_name = dotted(c.func.value) or ""
-                root = recv_name.split(".")[0] if recv_name else ""
-                if root and root in cast_at and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
+                # the longest cast prefix: self.pipe.dit.enable_x() after self.pipe was loaded cast
+                parts = recv_name.split(".") if recv_name else []
+                root = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in cast_at), "")
+                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
                     col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
                     facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
             # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
@@ -868,7 +947,10 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                 f"are float32, so their matmuls with the cast model's activations fail with 'mat1 and mat2 must "
                 f"have the same dtype'; create it with dtype= or convert it (.to(dtype=..., device=...))"),
                 Fix(DISPLAY_ONLY, f"convert it: {key} = {key}.to(dtype=..., device=...) (those of {owner})")))
-    # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules
+    # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules, and
+    # every class of the file (for creators in other modules)
+    for cls in src.classes:
+        facts.classes[cls.name] = _class_summary(src, cls)
     for cls in src.classes:
         if cls.name not in local:
             continue
@@ -877,16 +959,94 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
         for name, m in methods.items():
             if name in from_init or name.startswith(_BUILDER):
                 continue
-            created = []
-            for s in src.scope_statements(m):
-                if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-                        (dotted(s.targets[0]) or "").startswith("self.") and _creates_module(src, s.value, local):
-                    later = "".join(src.lines[s.end_lineno:m.end_lineno])  # type: ignore[misc]
-                    if not _CONVERT_TEXT.search(later):
-                        created.append(dotted(s.targets[0]) or "")
+            created = _created_in(src, m, local)
             if created:
-                facts.creators[name] = (src.path, m.lineno, tuple(created))
+                facts.creators[name] = created
     return out
+
+
+_FOREIGN = re.compile(r"[A-Z]\w*$")
+
+
+def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], bool, bool, tuple[str, ...]]:
+    text = src.scope_text(cls)
+    bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
+    builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
+    return bases, bool(_WEIGHTS_TEXT.search(text)), bool(_CASTS_INPUTS.search(text)), builds
+
+
+def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:
+    """(it creates float32 weights for sure, or the class name only the project can judge) for
+    the value of `self.x = ...`; None when it creates nothing new in float32."""
+    if _creates_module(src, node, local):
+        return True, None
+    if not isinstance(node, ast.Call) or any(k.arg == "dtype" or k.arg is None for k in node.keywords) or \
+            "dtype" in src.segment(node):
+        return None
+    q = src.qualname(node.func) or ""
+    last = q.rsplit(".", 1)[-1]
+    if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
+        for n in walk([node]):
+            if n is not node and isinstance(n, ast.Call):
+                inner = _creation(src, n, local)
+                if inner is not None:
+                    return inner
+        return None
+    if isinstance(node.func, ast.Name) and _FOREIGN.match(node.func.id) and node.func.id not in local and \
+            not q.startswith("torch."):
+        return False, node.func.id  # a class of another module: the project pass decides
+    return None
+
+
+_CONVERTS = {"to", "half", "bfloat16", "float", "double", "type", "cuda"}
+
+
+def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | None]]:
+    """What method `m` assigns to self that creates float32 weights and never converts later in
+    the method: module.to() / .half() converts a module in place, a Parameter's does not (its
+    result is thrown away: GPU005); self.to(...) converts everything."""
+    stmts = src.scope_statements(m)
+    out = []
+    for i, s in enumerate(stmts):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and (dotted(s.targets[0]) or "").startswith("self.")):
+            continue
+        made = _creation(src, s.value, local)
+        if made is None:
+            continue
+        key = dotted(s.targets[0]) or ""
+        is_param = isinstance(s.value, ast.Call) and (src.qualname(s.value.func) or "").endswith("Parameter")
+        if _converted_later(stmts[i + 1:], key, is_param):
+            continue
+        sure, foreign = made
+        what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
+        f = _finding(src, s, "GPU011", (
+            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: its matmuls "  # type: ignore[attr-defined]
+            f"with the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; create it "
+            f"with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
+            Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
+                if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
+        out.append((f, foreign))
+    return out
+
+
+def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
+    for s in stmts:
+        for node in walk([s]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERTS:
+                recv = dotted(node.func.value) or ""
+                if recv == "self":
+                    return True  # self.to(...): every submodule and parameter
+                if recv == key and not is_param:
+                    return True  # a module converts in place
+            if isinstance(node, ast.Assign) and any(dotted(t) in (key, key + ".data") for t in node.targets):
+                return True  # reassigned (a Parameter reassigned from .to() is GPU005's finding)
+            if isinstance(node, (ast.For, ast.AsyncFor)) and not is_param and \
+                    any(dotted(e) == key for e in walk([node.iter])):
+                loop_var = dotted(node.target)
+                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _CONVERTS
+                       and dotted(c.func.value) == loop_var for c in walk(node.body)):
+                    return True  # for module in [self.a, self.b]: module.to(...)
+    return False
 
 
 def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[str]:

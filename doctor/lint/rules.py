@@ -232,35 +232,48 @@ RULES: tuple[Rule, ...] = (
         code="GPU005",
         name="parameter-reassign",
         kb_id="parameter-reassign",
-        title="an nn.Parameter attribute is assigned the plain tensor that .to() / .half() returns",
+        title="an nn.Parameter is assigned a plain tensor (.to(), .half(), a computed tensor) or converted and thrown away",
         kinds=(PYTHON,),
-        prefilter=((b"Parameter", b".weight", b".bias"), _CASTS),
-        pattern=rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\("
-                rb"|Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
+        prefilter=((b"Parameter", b".weight", b".bias"),),
+        pattern=((rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\(",
+                  rb"Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
+                  # a conversion as a statement of its own, its result thrown away
+                  rb"^[ \t]*[\w.]+\.(?:to|half|float|double|bfloat16|cuda|cpu|type)\(",
+                  # self.p = f(... self.p ...): a tensor computed from the parameter
+                  rb"^[ \t]*(self\.\w+)[ \t]*=[ \t]*[^\n=]*\b\1\b"),),
         what=(
             "`self.p = self.p.to(...)` (or .half() / .float() / .cuda() / ...) where self.p is an "
             "nn.Parameter (created with nn.Parameter / register_parameter in the same class, or the "
-            "weight / bias of a standard nn module), and `self.p = nn.Parameter(t).to(...)`."
+            "weight / bias of a standard nn module); `self.p = nn.Parameter(t).to(...)`; "
+            "`self.p = F.softmax(self.p)` or any other tensor computed from the parameter, assigned "
+            "back to its name outside __init__; and `self.p.half()` / `self.p.to(...)` as a statement "
+            "of its own, whose result is thrown away."
         ),
         why=(
-            "Parameter.to() returns a plain Tensor whenever it converts. nn.Module.__setattr__ refuses "
-            "a plain tensor for a registered parameter: TypeError: cannot assign "
-            "'torch.cuda.BFloat16Tensor' as parameter 'p' (torch.nn.Parameter or None expected). It "
-            "only works while the conversion is a no-op, so it breaks on the first machine where dtype "
-            "or device differ. `nn.Parameter(t).to(device)` assigned for the first time silently "
-            "registers nothing: the attribute is a plain tensor, missing from parameters(), the "
-            "optimizer and the state dict."
+            "Parameter.to() returns a plain Tensor whenever it converts, and so does every operation "
+            "on a parameter. nn.Module.__setattr__ refuses a plain tensor for a registered parameter: "
+            "TypeError: cannot assign 'torch.cuda.BFloat16Tensor' as parameter 'p' (torch.nn.Parameter "
+            "or None expected). It only works while the conversion is a no-op, so it breaks on the "
+            "first machine where dtype or device differ. `nn.Parameter(t).to(device)` assigned for the "
+            "first time silently registers nothing: the attribute is a plain tensor, missing from "
+            "parameters(), the optimizer and the state dict. And unlike Module.to() / .half(), which "
+            "convert a module in place, a parameter's conversion never changes the parameter: "
+            "`self.p.half()` alone does nothing, the parameter stays float32 next to a half model."
         ),
         example="self.token = nn.Parameter(torch.zeros(1, dim))\n...\nself.token = self.token.to(dtype=dtype, device=device)",
         fix="self.token.data = self.token.data.to(dtype=dtype, device=device)   # or convert the module: self.to(dtype=..., device=...)",
         fix_safety=(
             "safe: assigning .data converts the parameter in place; it stays the same registered "
             "nn.Parameter (requires_grad and optimizer references kept). For "
-            "nn.Parameter(t).to(x) the fix moves the conversion inside: nn.Parameter(t.to(x))."
+            "nn.Parameter(t).to(x) the fix moves the conversion inside: nn.Parameter(t.to(x)). A "
+            "thrown-away conversion gets an unsafe fix (self.p.data = self.p.data.half(): the dtype the "
+            "code meant, which it never had); a computed tensor a display-only one (use a local name)."
         ),
         near_misses=(
-            "`self.m = self.m.to(dtype)` on a submodule (Module.to returns the module itself), "
-            "`self.p.data = self.p.data.to(...)`, and attributes not known to be parameters do not fire."
+            "`self.m = self.m.to(dtype)` and `self.m.half()` on a submodule (Module.to converts in place "
+            "and returns the module), `self.p.data = self.p.data.to(...)`, `w = F.softmax(self.p)` into "
+            "a local name, `self.p.to(x) + y` inside an expression, buffers and attributes not known "
+            "to be parameters do not fire."
         ),
     ),
     Rule(

@@ -177,3 +177,130 @@ def test_modules_created_late_need_the_late_call(tmp_path):
                 self.pipe.to(torch.bfloat16)
         """
     assert lint_tree(tmp_path, files, select=["GPU011"]).findings == []
+
+
+# --- GPU004: rows of a tensor of sizes handed to another module --------------------------------------
+
+SHAPES_PROJECT = {
+    "talk/__init__.py": "",
+    "talk/utils/__init__.py": "",
+    "talk/utils/maps.py": """
+        import torch
+
+        def attn_map(q, k, shape, masks=None):
+            frames, height, width = shape  # <-
+            tokens = height * width
+            return q[:, :tokens] @ k.transpose(-1, -2)
+
+        def attn_map_fixed(q, k, shape):
+            frames, height, width = shape.tolist()
+            return q[:, :height * width]
+        """,
+    "talk/modules/__init__.py": "",
+    "talk/modules/audio.py": """
+        import torch.nn as nn
+        from einops import rearrange
+
+        class AudioAttention(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.proj = nn.Linear(dim, dim)
+
+            def forward(self, x, context, shape=None):
+                n_t, n_h, n_w = shape  # <-
+                x = rearrange(x, "b (t s) c -> (b t) s c", t=n_t)
+                return self.proj(x) * (n_h * n_w)
+
+        class MultiAudioAttention(AudioAttention):
+            def forward(self, x, context, shape=None, speakers=1):
+                if speakers == 1:
+                    return super().forward(x, context, shape)
+                n_t, _, _ = shape  # <-
+                return [x] * n_t
+        """,
+    "talk/modules/model.py": """
+        import torch
+        import torch.nn as nn
+
+        from ..utils.maps import attn_map, attn_map_fixed
+        from .audio import MultiAudioAttention
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.audio = MultiAudioAttention(dim)
+
+            def forward(self, x, context, grid_sizes, speakers):
+                m = attn_map(x, x, grid_sizes[0])
+                m2 = attn_map_fixed(x, x, grid_sizes[0])
+                return self.audio(x, context, shape=grid_sizes[0], speakers=speakers) + m + m2
+
+        class Model(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.blocks = nn.ModuleList([Block(dim) for _ in range(2)])
+
+            def forward(self, x, context, speakers):
+                grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
+                kwargs = dict(context=context, grid_sizes=grid_sizes, speakers=speakers)
+                for block in self.blocks:
+                    x = block(x, **kwargs)
+                return x
+        """,
+}
+
+
+def test_a_row_of_sizes_is_followed_into_other_modules(tmp_path):
+    from lint_helpers import marked_lines
+
+    result = lint_tree(tmp_path, SHAPES_PROJECT, select=["GPU004"])
+    expected = sorted([("maps.py", n) for n in marked_lines(SHAPES_PROJECT["talk/utils/maps.py"])] +
+                      [("audio.py", n) for n in marked_lines(SHAPES_PROJECT["talk/modules/audio.py"])])
+    # at each binding in the callees (through the import, the submodule's class, and super());
+    # not at the call, and not in the callee that converts with .tolist()
+    assert found(result, "GPU004") == expected
+    by_line = {(f.path.rsplit("/", 1)[-1], f.line): f for f in result.findings}
+    assert "`grid_sizes[0]`, a row of a tensor of sizes, at " in by_line[("maps.py", 4)].message
+    assert "model.py:13" in by_line[("maps.py", 4)].message
+    base = by_line[("audio.py", 10)].message
+    assert "handed on by forward()" in base and "model.py:15" in base
+
+
+def test_a_callee_that_cannot_be_followed_leaves_the_finding_at_the_call(tmp_path):
+    files = {"model.py": """
+        import torch
+        import torch.nn as nn
+        from elsewhere import build_audio
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.audio = build_audio(dim)
+
+            def forward(self, x, context):
+                grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
+                return self.audio(x, context, shape=grid_sizes[0])
+        """}
+    assert found(lint_tree(tmp_path, files, select=["GPU004"]), "GPU004") == [("model.py", 12)]
+
+
+def test_sizes_as_ints_cross_modules_silently(tmp_path):
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/maps.py": """
+            def attn_map(q, shape):
+                frames, height, width = shape
+                return q[:, :height * width]
+            """,
+        "pkg/model.py": """
+            import torch
+            from .maps import attn_map
+
+            def forward(x):
+                grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
+                a = attn_map(x, x[0].shape[1:])
+                b = attn_map(x, grid_sizes[0].tolist())
+                return a, b
+            """,
+    }
+    assert lint_tree(tmp_path, files, select=["GPU004"]).findings == []

@@ -253,10 +253,10 @@ import torch
 
 def forward(x):
     grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
-    N_t, N_h, N_w = grid_sizes[0]
-    expected_tokens = int(N_t * N_h * N_w)  # <-
-    for f, h, w in grid_sizes:
-        seq_len = f * h * w  # <-
+    N_t, N_h, N_w = grid_sizes[0]  # <-
+    expected_tokens = int(N_t * N_h * N_w)
+    for f, h, w in grid_sizes:  # <-
+        seq_len = f * h * w
     return expected_tokens
 
 class Block:
@@ -314,15 +314,15 @@ def test_shape_keyword_is_not_flagged_when_this_file_handles_it(tmp_path):
     import torch
 
     def attend(x, shape=None):
-        N_t, N_h, N_w = shape
-        return int(N_t * N_h * N_w)  # <-
+        N_t, N_h, N_w = shape  # <-
+        return int(N_t * N_h * N_w)
 
     def caller(x):
         grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
         return attend(x, shape=grid_sizes[0])
     """
     result = lint_source(tmp_path, source, select=["GPU004"])
-    # the callee is in this file: reported where the arithmetic happens, not at the call
+    # the callee is in this file: reported where its values are unpacked, not at the call
     assert lines(result, "GPU004") == marked_lines(source)
 
 

@@ -230,9 +230,11 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
         from gpudoctor.lint import pyrules
         from gpudoctor.lint.pysource import PySource
 
+        from gpudoctor.lint.project import module_name
+
         tree = ast.parse(text, filename=path)
         facts = pyrules.Facts()
-        findings = pyrules.check(PySource(path, text, tree), codes, facts)
+        findings = pyrules.check(PySource(path, text, tree, *module_name(path)), codes, facts)
         result.facts = facts
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
@@ -380,6 +382,56 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
     if facts:
         from gpudoctor.lint import project
 
-        out += project.resolve(facts, {path: tasks[path].codes for path in facts},
-                               lambda f: suppressed(f, by_path[f.path].suppress))
+        python = {path: t.codes for path, t in tasks.items() if t.kind == rules.PYTHON}
+        modules: dict[str, str] | None = None
+        if any(f.size_calls for f in facts.values()):
+            modules = {}
+            for path in sorted(python):
+                name = project.module_name(path)[0]
+                if name:
+                    modules.setdefault(name, path)
+        loaded: dict[str, Any] = {}
+
+        def load(path: str) -> Any:
+            if path not in loaded:
+                loaded[path] = _load_python(path)
+            return loaded[path]
+
+        late: dict[str, dict[int, frozenset[str] | None]] = {}
+
+        def is_suppressed(f: Finding) -> bool:
+            fr = by_path.get(f.path)
+            if fr is None:
+                return False
+            table = fr.suppress
+            if fr.facts is None and loaded.get(f.path) is not None:  # first parsed here, by the project pass
+                if f.path not in late:
+                    late[f.path] = _suppressions(loaded[f.path].text, rules.PYTHON)
+                table = late[f.path]
+            return suppressed(f, table)
+
+        found = {(f.path, f.line, f.col, f.code) for fr in by_path.values() for f in fr.findings}
+        for f in project.resolve(facts, python, is_suppressed, modules, load):
+            key = (f.path, f.line, f.col, f.code)
+            if key not in found:
+                found.add(key)
+                out.append(f)
     return out
+
+
+def _load_python(path: str) -> Any:
+    """A linted Python file parsed in the parent, for the project pass; None if it cannot be."""
+    import ast
+
+    from gpudoctor.lint import project
+    from gpudoctor.lint.pysource import PySource
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES or b"\0" in data:
+            return None
+        text = _decode(data, rules.PYTHON)
+        return PySource(path, text, ast.parse(text, filename=path), *project.module_name(path))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
+        return None

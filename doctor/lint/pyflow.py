@@ -103,6 +103,9 @@ class TV:
     # The result of a call this file cannot see into (`attn.get_attention_scores(q, k)`, a helper
     # of another module): its name, for the project pass to look up.
     opaque: str | None = None
+    # a size tensor (or an element of one) that came from this parameter, seeded by the project
+    # pass (a caller in another module passes a tensor of sizes to it)
+    seed: str | None = None
     # probabilities only if `cond[0]` returns `cond[1]` ("scores": the softmax of an opaque
     # result; "probs": an opaque result used as probabilities)
     cond: tuple[str, str] | None = None
@@ -158,6 +161,17 @@ class AttentionEvent:  # GPU001
 class ShapeTensorEvent:  # GPU004, arithmetic on 0-d size tensors
     use: ast.AST
     unpacked: ast.AST  # the size-tensor expression that was unpacked
+    seed: str | None = None  # the seeded parameter it came from (project pass)
+
+
+@dataclass(frozen=True)
+class SizeCall:  # a tensor of sizes (rank 2) or a row of one (rank 1) passed to a call
+    call: ast.Call
+    slot: int | str  # positional index or keyword
+    rank: int
+    value: ast.expr
+    seed: str | None  # the seeded parameter it came from, or None for a tensor made here
+    fn: ast.AST | None  # the function making the call
 
 
 @dataclass(frozen=True)
@@ -335,6 +349,9 @@ class Interp:
         self.events: list[Any] = []
         self.kw_sizes: dict[str, TV] = {}  # keyword name -> size tensor passed under it
         self.param_seeds = param_seeds or {}
+        self.fn_seeds: dict[int, dict[str, TV]] = {}  # id(function node) -> its seeded parameters
+        self.calls: list[SizeCall] = []  # size tensors passed to calls of the project's code
+        self._fn: ast.AST | None = None
         # functions of this file that return a softmax of scores (get_attention_scores), and the
         # names to treat that way on a second run
         self.returns_probs: set[str] = set()
@@ -353,13 +370,16 @@ class Interp:
         for node in self.src.functions:
             if want is None or want(node):
                 self._current = node.name
+                self._fn = node
                 env: dict[str, Any] = {}
                 a = node.args
+                seeds = self.fn_seeds.get(id(node), {})
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-                    seed = self.param_seeds.get(arg.arg)
+                    seed = seeds.get(arg.arg) or self.param_seeds.get(arg.arg)
                     if seed is not None:
                         env[arg.arg] = seed
                 self.block(node.body, env)
+                self._fn = None
 
     # statements
 
@@ -501,9 +521,9 @@ class Interp:
             return [None] * n
         if isinstance(v, TV):
             if v.sizes and v.rank == 1:
-                return [TV(rank=0, scalar_of=value_node)] * n
+                return [TV(rank=0, scalar_of=value_node, seed=v.seed)] * n
             if v.sizes and v.rank and v.rank > 1:
-                return [TV(rank=v.rank - 1, sizes=True)] * n
+                return [TV(rank=v.rank - 1, sizes=True, seed=v.seed)] * n
             if v.rank:
                 return [self._index_dim0(v)] * n
         return [None] * n
@@ -517,19 +537,19 @@ class Interp:
         elif isinstance(it, TupleV):
             elem = it.items[0] if it.homogeneous else None
         elif isinstance(it, TV) and it.rank:
-            elem = TV(rank=it.rank - 1, sizes=True) if it.sizes else self._index_dim0(it)
+            elem = TV(rank=it.rank - 1, sizes=True, seed=it.seed) if it.sizes else self._index_dim0(it)
             if it.sizes and it.rank == 1:
-                elem = TV(rank=0, scalar_of=iter_node)
+                elem = TV(rank=0, scalar_of=iter_node, seed=it.seed)
             elif it.sizes and it.rank == 2:
                 # rows of a size tensor: unpacking a row gives 0-d tensors
-                elem = TV(rank=1, sizes=True, scalar_of=iter_node)
+                elem = TV(rank=1, sizes=True, scalar_of=iter_node, seed=it.seed)
         self._bind_elem(target, elem, iter_node, env)
 
     def _bind_elem(self, target: ast.AST, elem: Any, iter_node: ast.AST, env: dict[str, Any]) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(elem, TV) and elem.sizes and elem.rank == 1:
                 for e in target.elts:
-                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node), None, env)
+                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node, seed=elem.seed), None, env)
             elif isinstance(elem, TupleV) and not elem.homogeneous and len(elem.items) == len(target.elts):
                 for e, item in zip(target.elts, elem.items):
                     self._bind_elem(e, item, iter_node, env)
@@ -681,8 +701,8 @@ class Interp:
         if isinstance(recv, TV):
             if recv.sizes and recv.rank is not None and index is not None:
                 if recv.rank == 1:
-                    return TV(rank=0, scalar_of=node)
-                return TV(rank=recv.rank - 1, sizes=True)
+                    return TV(rank=0, scalar_of=node, seed=recv.seed)
+                return TV(rank=recv.rank - 1, sizes=True, seed=recv.seed)
             if index is not None and recv.rank:
                 return self._index_dim0(recv)
             return self._index(recv, sl)
@@ -725,7 +745,7 @@ class Interp:
         for side in (left, right):
             if isinstance(side, TV) and side.scalar_of is not None and side.rank == 0:
                 self._scalar_use(node, side)
-                return TV(rank=0, scalar_of=side.scalar_of)
+                return TV(rank=0, scalar_of=side.scalar_of, seed=side.seed)
         lt, rt = isinstance(left, TV) and not _blank(left), isinstance(right, TV) and not _blank(right)
         if not lt and not rt:
             ls, rs = self._sym(left), self._sym(right)
@@ -763,7 +783,7 @@ class Interp:
         if origin is None or id(origin) in self._scalar_reported:
             return
         self._scalar_reported.add(id(origin))
-        self.events.append(ShapeTensorEvent(node, origin))
+        self.events.append(ShapeTensorEvent(node, origin, v.seed))
 
     def product(self, a: Any, b: Any, node: ast.AST, anode: ast.AST | None, bnode: ast.AST | None) -> TV:
         a, b = _as_tv(a), _as_tv(b)
@@ -834,6 +854,8 @@ class Interp:
         if name in self.probs_funcs:
             return TV(attn="probs", attn_origin=node)
 
+        if is_method or (isinstance(func, ast.Name) and not (qual or "").startswith(_LIBRARIES)):
+            self._note_size_args(node, args, kws)
         if is_method:
             out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
                               recv, node, args, kws, env)
@@ -843,6 +865,18 @@ class Interp:
             # a call this file cannot see into: the project pass may know what it returns
             return TV(opaque=name, attn_origin=node)
         return out
+
+    def _note_size_args(self, node: ast.Call, args: list[Any], kws: dict[str, Any]) -> None:
+        """Size tensors and rows of them handed to the project's code, for the project pass."""
+        for i, (n, v) in enumerate(zip(node.args, args)):
+            if isinstance(n, ast.Starred):
+                return
+            if isinstance(v, TV) and v.sizes and v.rank in (1, 2):
+                self.calls.append(SizeCall(node, i, v.rank, n, v.seed, self._fn))
+        for k in node.keywords:
+            v = kws.get(k.arg) if k.arg else None
+            if isinstance(v, TV) and v.sizes and v.rank in (1, 2):
+                self.calls.append(SizeCall(node, k.arg, v.rank, k.value, v.seed, self._fn))  # type: ignore[arg-type]
 
     def _note_keyword(self, key: str, value_node: ast.AST, v: Any) -> None:
         if not isinstance(v, TV) or not v.sizes:

@@ -46,6 +46,11 @@ class Facts:
     # GPU011: the classes of the file, by name: (base names, creates weights in its own text,
     # casts its inputs, capitalised names it calls), for a class built in another module
     classes: dict[str, tuple[tuple[str, ...], bool, bool, tuple[str, ...]]] = field(default_factory=dict)
+    # GPU004: tensors of sizes handed to the project's code: (callee, slot, rank, the value as
+    # written, line, key), and the caller-side findings to report where the callee cannot be
+    # followed (key -> finding)
+    size_calls: list[tuple[tuple[str, ...], int | str, int, str, int, int]] = field(default_factory=list)
+    size_fallbacks: dict[int, Finding] = field(default_factory=dict)
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
@@ -148,7 +153,19 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
             interp.events = events + [e for e in interp.events if e not in events]
     out: list[Finding] = []
     seen: set[tuple[int, int, str]] = set()
-    for ev in interp.events:
+    deferred: dict[int, Finding] = {}  # id(value node) -> a caller-side finding the project pass decides on
+    if "GPU004" in codes and interp.calls:
+        classes = _class_of(src)
+        targets = {}
+        for c in interp.calls:
+            if c.seed is None and id(c.value) not in targets:
+                target = call_target(src, c.call, c.fn, classes)
+                targets[id(c.value)] = target
+                if target is not None:
+                    facts.size_calls.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno,
+                                             id(c.value)))
+        deferred = {k: None for k, t in targets.items() if t is not None}  # type: ignore[misc]
+    for ev in _one_per_group(interp.events):
         f = None
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
@@ -165,6 +182,9 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
             f = _shape_tensor_finding(src, ev)
         elif isinstance(ev, ShapeArgEvent) and "GPU004" in codes and ev.keyword not in params:
             f = _shape_arg_finding(src, ev)
+            if id(ev.value) in deferred:
+                facts.size_fallbacks[id(ev.value)] = f  # only if the callee cannot be followed
+                f = None
         elif isinstance(ev, FlashLayoutEvent) and "GPU008" in codes:
             f = _finding(src, ev.arg, "GPU008", ev.detail,
                          Fix(DISPLAY_ONLY, "pass (batch, seqlen, heads, head_dim) tensors: drop or undo the transpose(1, 2)"))
@@ -174,6 +194,107 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
                 seen.add(key)
                 out.append(f)
     return out
+
+
+def _one_per_group(events: list) -> list:
+    """One GPU004 finding per group of bindings: `t = sizes[0]; h = sizes[1]; w = sizes[2]` on
+    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change."""
+    out, last = [], {}
+    for ev in events:
+        if isinstance(ev, ShapeTensorEvent) and isinstance(ev.unpacked, ast.Subscript):
+            base = dotted(ev.unpacked.value)
+            line = ev.unpacked.lineno
+            if base is not None:
+                prev = last.get(base)
+                last[base] = line
+                if prev is not None and 0 <= line - prev <= 1:
+                    continue
+        out.append(ev)
+    return out
+
+
+# --- GPU004 across functions and modules (the project pass calls these) ---------------------------
+
+
+def _class_of(src: PySource) -> dict[int, ast.ClassDef]:
+    """id(method node) -> its class."""
+    return {id(m): cls for cls in src.classes for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def call_target(src: PySource, call: ast.Call, fn: ast.AST | None, classes: dict[int, ast.ClassDef]) -> tuple[str, ...] | None:
+    """What a call refers to, in absolute names the project pass can look up: ("func", name),
+    ("method", class, name) for self.name(...), ("attr", class, name) for self.name(...) where
+    name is a submodule, ("super", class, name); None when this file cannot tell."""
+    func = call.func
+    cls = classes.get(id(fn)) if fn is not None else None
+    cls_name = f"{src.module}.{cls.name}" if cls is not None and src.module else None
+    if isinstance(func, ast.Name):
+        q = src.qualify(func.id)
+        return ("func", q) if q else None
+    if not isinstance(func, ast.Attribute):
+        return None
+    base = func.value
+    if isinstance(base, ast.Name) and base.id == "self" and cls_name:
+        own = any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == func.attr for m in cls.body)  # type: ignore[union-attr]
+        return ("method" if own else "attr", cls_name, func.attr)
+    if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super" and cls_name:
+        return ("super", cls_name, func.attr)
+    if isinstance(base, ast.Name):
+        q = src.qualify(base.id)
+        if q and not q.rsplit(".", 1)[-1][:1].isupper():
+            return ("func", f"{q}.{func.attr}")  # module.function
+    return None
+
+
+def class_info(src: PySource, name: str) -> tuple[tuple[str, ...], dict[str, ast.AST], dict[str, str]] | None:
+    """A top-level class of this file: its bases (absolute names), its methods, and the classes
+    its __init__ assigns to attributes (self.attn = Attention(...))."""
+    cls = next((c for c in src.tree.body if isinstance(c, ast.ClassDef) and c.name == name), None)
+    if cls is None:
+        return None
+    bases = []
+    for b in cls.bases:
+        root = dotted(b) or ""
+        head, _, rest = root.partition(".")
+        q = src.qualify(head) if head else None
+        if q:
+            bases.append(f"{q}.{rest}" if rest else q)
+    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    ctors: dict[str, str] = {}
+    init = methods.get("__init__")
+    if init is not None:
+        for st in src.scope_statements(init):
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Call) and \
+                    isinstance(st.value.func, ast.Name):
+                key = dotted(st.targets[0]) or ""
+                q = src.qualify(st.value.func.id)
+                if key.startswith("self.") and key.count(".") == 1 and q:
+                    ctors[key[5:]] = q
+    return tuple(bases), methods, ctors
+
+
+def function_node(src: PySource, name: str) -> ast.AST | None:
+    return next((f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name),
+                None)
+
+
+def whatif(src: PySource, fn: ast.AST, param: str, rank: int, origin: str):
+    """Interpret one function as if `param` were a tensor of sizes (rank 2) or a row of one (rank
+    1), handed over by a caller described by `origin`: the GPU004 findings that follows (at each
+    binding) and the calls that hand it on: [(target, slot, rank, value text, line)]."""
+    interp = Interp(src)
+    interp.fn_seeds[id(fn)] = {param: TV(rank=rank, sizes=True, seed=param)}
+    interp.run(lambda f: f is fn)
+    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events)
+                if isinstance(ev, ShapeTensorEvent) and ev.seed == param]
+    classes = _class_of(src)
+    onward = []
+    for c in interp.calls:
+        if c.seed == param and c.fn is fn:
+            target = call_target(src, c.call, fn, classes)
+            if target is not None:
+                onward.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno))
+    return findings, onward
 
 
 def _fn_params(fn: ast.AST) -> set[str]:
@@ -283,14 +404,23 @@ def _tolist_fix(src: PySource, node: ast.AST, description: str) -> Fix:
     return Fix(DISPLAY_ONLY, description)
 
 
-def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent) -> Finding:
+def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | None = None) -> Finding:
+    """At the binding (the place to change: `.tolist()` goes there), naming the first use; with
+    `origin`, the caller in another function or module that passes the tensor."""
     tensor = _short(src, ev.unpacked, 40)
-    message = (f"shape values unpacked from the tensor `{tensor}` (line {ev.unpacked.lineno}) are 0-d tensors: "  # type: ignore[attr-defined]
-               f"arithmetic on them runs tensor ops (on CUDA a kernel each, and int() synchronises, which is "
-               f"where an earlier asynchronous error such as 'misaligned address' gets reported); convert "
-               f"them to Python ints first with .tolist()")
-    return _finding(src, ev.use, "GPU004", message,
-                    _tolist_fix(src, ev.unpacked, f"unpack `{tensor}.tolist()` (Python ints) instead of tensor elements"))
+    use = _short(src, ev.use, 40)
+    where = f" (line {ev.use.lineno})" if ev.use.lineno != ev.unpacked.lineno else ""  # type: ignore[attr-defined]
+    if origin is None:
+        message = (f"shape values taken from the tensor `{tensor}` are 0-d tensors: `{use}`{where} runs tensor ops "
+                   f"(on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
+                   f"such as 'misaligned address' gets reported); convert them to Python ints first with .tolist()")
+        return _finding(src, ev.unpacked, "GPU004", message,
+                        _tolist_fix(src, ev.unpacked, f"unpack `{tensor}.tolist()` (Python ints) instead of tensor elements"))
+    message = (f"`{tensor}` is {origin}: the values taken from it here are 0-d tensors, so `{use}`{where} runs tensor "
+               f"ops (on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
+               f"such as 'misaligned address' gets reported); pass Python ints there (.tolist()) or convert here")
+    return _finding(src, ev.unpacked, "GPU004", message,
+                    Fix(DISPLAY_ONLY, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
 
 
 def _shape_arg_finding(src: PySource, ev: ShapeArgEvent) -> Finding:

@@ -45,10 +45,16 @@ Scope = ast.AST  # a FunctionDef / AsyncFunctionDef, or the Module
 
 
 class PySource:
-    def __init__(self, path: str, text: str, tree: ast.Module) -> None:
+    def __init__(self, path: str, text: str, tree: ast.Module, module: str | None = None,
+                 is_package: bool = False) -> None:
         self.path = path
         self.text = text
         self.tree = tree
+        # the dotted module name (gpudoctor.lint.project.module_name), for relative imports and
+        # the project pass; None when the file is not inside a package
+        self.module = module
+        self.is_package = is_package
+        self.relative: dict[str, str] = {}  # local name -> absolute name of a relative import
         self.lines = text.splitlines(keepends=True)
         self.newline = "\r\n" if "\r\n" in text[:4096] else "\n"
         self._starts: list[int] | None = None
@@ -88,9 +94,12 @@ class PySource:
                         else:
                             self.star_modules.append(s.module)  # type: ignore[attr-defined]
                 else:  # a relative import: a module of this project, known only to the project pass
+                    base = self._relative_base(s.level, s.module)  # type: ignore[attr-defined]
                     for a in s.names:  # type: ignore[attr-defined]
                         if a.name != "*":
                             self._conflicts.add(a.asname or a.name)
+                            if base is not None and scope is self.tree:
+                                self.relative[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
             elif t in (ast.FunctionDef, ast.AsyncFunctionDef):
                 self.functions.append(s)  # type: ignore[arg-type]
                 self._index(s.body, s)  # type: ignore[attr-defined]
@@ -108,6 +117,30 @@ class PySource:
                     self._index(h.body, scope)
                 for case in getattr(s, "cases", ()) or ():
                     self._index(case.body, scope)
+
+    def _relative_base(self, level: int, name: str | None) -> str | None:
+        """The absolute package a `from ..x import y` imports from, or None outside a package."""
+        if not self.module:
+            return None
+        parts = self.module.split(".")
+        if not self.is_package:
+            parts = parts[:-1]
+        if level - 1 > len(parts):
+            return None
+        parts = parts[:len(parts) - (level - 1)]
+        return ".".join(parts + ([name] if name else []))
+
+    def qualify(self, name: str) -> str | None:
+        """The absolute name of a module-level name of this file: its own def or class, or what it
+        imports (absolutely or relatively); None for anything else."""
+        if name in self.relative:
+            return self.relative[name]
+        if name in self.imports and name not in self.shadowed:
+            return self.imports[name]
+        if self.module and any(getattr(n, "name", None) == name for n in self.tree.body
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))):
+            return f"{self.module}.{name}"
+        return None
 
     def _bind_import(self, local: str, qual: str, scope: Scope) -> None:
         """Two imports of one name (try: from flash_attn.flash_attn_interface import f / except:

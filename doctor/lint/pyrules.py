@@ -720,6 +720,24 @@ def _arch_flags(src: PySource) -> list[Finding]:
     hint_lines = src.lines_matching(archflags.FLAG_HINT)
     lists = [(n, sc) for n, sc in src.nodes_on_lines(hint_lines, (ast.List, ast.Tuple))
              if any(archflags.FLAG_HINT.search(x) for x in map(_str_const, n.elts) if x)]  # type: ignore[attr-defined]
+    # `cc_flag = []` filled by `cc_flag.append("-gencode")`, `cc_flag.append("arch=...")` (mmcv, mamba)
+    appended: dict[tuple[str, int], int] = {}
+    for node, sc in src.nodes_on_lines(hint_lines, (ast.Call,)):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "insert") and \
+                any(archflags.FLAG_HINT.search(x) for a in node.args for x in
+                    ([_str_const(a)] + [_str_const(e) for e in getattr(a, "elts", [])]) if x):
+            name = dotted(node.func.value)
+            if name:
+                appended.setdefault((name, id(sc)), node.lineno)
+    if appended:
+        have = {id(n) for n, _ in lists}
+        for st, sc in src.stmts:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, (ast.List, ast.Tuple)) and \
+                    id(st.value) not in have:
+                line = appended.get((dotted(st.targets[0]) or "", id(sc)))
+                if line is not None and st.lineno < line:
+                    lists.append((st.value, sc))
+                    have.add(id(st.value))
     if lists:
         roots = [st for st, _ in src.stmts if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                  and any(st.lineno <= n.lineno <= st.end_lineno for n, _ in lists)]  # type: ignore[operator]

@@ -152,6 +152,9 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
                     i = index[t.text]
                     if member in _STRIDE_AWARE:
                         checked[i] = True
+                    elif member in ("numel", "dim") and stack and stack[-1] in _ASSERTS and \
+                            _equals_after_call(toks, k + 3, end, "1" if member == "numel" else "0"):
+                        checked[i] = True  # TORCH_CHECK(x.numel() == 1): one element is dense whatever its strides
                     elif member in _READS and tensor[i]:
                         after = toks[k + 3].text if k + 3 < end else ""
                         if member == "data" and after != "<":
@@ -168,6 +171,12 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
             checked = [True] * len(names)
         out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls))
     return out
+
+
+def _equals_after_call(toks: list[Tok], j: int, end: int, value: str) -> bool:
+    """`( ) == value` from token j (after `x.numel`)."""
+    return j + 3 < end and toks[j].text == "(" and toks[j + 1].text == ")" and toks[j + 2].text == "==" and \
+        toks[j + 3].text == value
 
 
 def _comparison_near(toks: list[Tok], k: int, end: int, partner: list[int]) -> bool:

@@ -390,7 +390,8 @@ RULES: tuple[Rule, ...] = (
         kb_id="noncontiguous-kernel-input",
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
         kinds=(CPP,),
-        prefilter=((b"data_ptr", b".data<"),),
+        # raw reads, or the bindings and dispatchers that call the functions reading them
+        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
         what=(
             "In C++/CUDA extension code (a file that includes torch headers, defines PYBIND11_MODULE / "
             "TORCH_LIBRARY, or launches kernels with ATen), a function reads x.data_ptr() / "

@@ -26,6 +26,9 @@ DEFAULT_EXCLUDE = frozenset({
     ".direnv", ".ipynb_checkpoints",
 })
 _CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
+# A file with none of these words creates no module or parameter (GPU011's creating half).
+_CREATES = re.compile(rb"Linear|Conv[123T]|Embedding|Norm|Attention|LSTM|GRU|RNN|PReLU|Transformer|Parameter|"
+                      rb"ModuleList|Sequential|ModuleDict")
 _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
@@ -67,6 +70,9 @@ class FileResult:
     cpp_summaries: list[Any] = field(default_factory=list)
     cpp_bound: set[str] = field(default_factory=set)
     facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
+    # GPU011 alone wanted this file for a cast followed by calls, and it creates no module: its
+    # calls matter only if another file has a method that creates modules (parsed then, once)
+    deferred: bool = False
 
 
 class UsageError(ValueError):
@@ -274,6 +280,9 @@ def lint_file(task: Task) -> FileResult:
         return result
     codes = {r.code for r in wanted if r.wants(data)}
     result.checked = True
+    if codes == {"GPU011"} and task.kind == rules.PYTHON and not _CREATES.search(data):
+        result.deferred = True
+        return result
     if not codes:
         return result
     if b"\0" in data:
@@ -378,7 +387,13 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             f = cpprules.data_ptr_finding(s, i)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
-    facts = {path: fr.facts for path, fr in by_path.items() if fr.facts is not None}
+    facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
+    if any(f.creators for f in facts.values()):
+        for path, fr in by_path.items():
+            if fr.deferred:  # now its calls after a cast can matter
+                late_facts = _late_module_facts(path)
+                if late_facts is not None:
+                    facts[path] = fr.facts = late_facts
     if facts:
         from gpudoctor.lint import project
 
@@ -404,9 +419,10 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             if fr is None:
                 return False
             table = fr.suppress
-            if fr.facts is None and loaded.get(f.path) is not None:  # first parsed here, by the project pass
+            src = loaded.get(f.path)
+            if not table and src is not None and "gpudoctor:" in src.text:  # parsed here, by the project pass
                 if f.path not in late:
-                    late[f.path] = _suppressions(loaded[f.path].text, rules.PYTHON)
+                    late[f.path] = _suppressions(src.text, rules.PYTHON)
                 table = late[f.path]
             return suppressed(f, table)
 
@@ -417,6 +433,18 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
                 found.add(key)
                 out.append(f)
     return out
+
+
+def _late_module_facts(path: str) -> Any:
+    """GPU011's facts of a file deferred in the first pass (see FileResult.deferred)."""
+    from gpudoctor.lint import pyrules
+
+    src = _load_python(path)
+    if src is None:
+        return None
+    facts = pyrules.Facts()
+    pyrules._module_after_cast(src, facts)
+    return facts
 
 
 def _load_python(path: str) -> Any:

@@ -237,8 +237,8 @@ RULES: tuple[Rule, ...] = (
         prefilter=((b"Parameter", b".weight", b".bias"),),
         pattern=((rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\(",
                   rb"Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
-                  # a conversion as a statement of its own, its result thrown away
-                  rb"^[ \t]*[\w.]+\.(?:to|half|float|double|bfloat16|cuda|cpu|type)\(",
+                  # a conversion of an attribute as a statement of its own, its result thrown away
+                  rb"^[ \t]*\w+\.\w+(?:\.\w+)*\.(?:to|half|float|double|bfloat16|cuda|cpu|type)\([^\n]*\)[ \t]*(?:#[^\n]*)?$",
                   # self.p = f(... self.p ...): a tensor computed from the parameter
                   rb"^[ \t]*(self\.\w+)[ \t]*=[ \t]*[^\n=]*\b\1\b"),),
         what=(
@@ -284,8 +284,9 @@ RULES: tuple[Rule, ...] = (
         kinds=(PYTHON, BUILD),
         prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
                     b"gpu-architecture", b"-code"),),
-        pattern=rb"-arch[= \"']|--gpu-architecture|-gencode|--generate-code|arch=compute_|TORCH_CUDA_ARCH_LIST"
-                rb"|CUDA_ARCHITECTURES|-code[= ]",
+        # (a flag starts a word: not "multi-arch " or "# mypy: disable-error-code=")
+        pattern=((rb"[\s\"'\[(,=]-arch[= \"']", rb"--gpu-architecture", rb"-gencode", rb"--generate-code",
+                  rb"arch=compute_", rb"TORCH_CUDA_ARCH_LIST", rb"CUDA_ARCHITECTURES", rb"[\s\"'\[(,=]-code[= ]"),),
         what=(
             "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
             "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "
@@ -392,6 +393,8 @@ RULES: tuple[Rule, ...] = (
         kinds=(CPP,),
         # raw reads, or the bindings and dispatchers that call the functions reading them
         prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
+        # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
+        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\("),),
         what=(
             "In C++/CUDA extension code (a file that includes torch headers, defines PYBIND11_MODULE / "
             "TORCH_LIBRARY, or launches kernels with ATen), a function reads x.data_ptr() / "

@@ -669,3 +669,58 @@ def test_thrown_away_half_really_does_nothing_and_the_fix_converts(tmp_path):
     exec(compile(path.read_text(), str(path), "exec"), scope)
     fixed = scope["Lora"]().half_lora()
     assert fixed.down.dtype == torch.float16 and isinstance(fixed.down, torch.nn.Parameter)
+
+
+PARAM_VIEWS = """
+import torch
+
+class Encoder(torch.nn.Module):
+    def forward(self, x):
+        b = x.size(0)
+        return self.fc(x.transpose(1, 2).view(b, -1))  # <-
+
+def pool(hidden):
+    return hidden.transpose(1, 2).view(hidden.shape[0], -1)  # <-
+
+def topk_accuracy(output, target, k):
+    _, pred = output.topk(k, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand(k, -1))
+    return correct[:k].view(-1).float().sum()  # <-
+"""
+
+PARAM_VIEW_NEAR_MISSES = """
+import torch
+
+def to_image(x, b, c, h, w):
+    return x.transpose(1, 2).view(b, c, h, w)          # splits: fine whatever the rank
+
+def by_row(x, rows):
+    return x.transpose(1, 2).view(rows, -1)            # rows: not known to be dim 0
+
+def first_then_swap(x):
+    b = x.size(0)
+    return x.transpose(0, 1).view(b, -1)               # a 2-D x works: the rank decides
+
+def topk_fixed(output, target, k):
+    _, pred = output.topk(k, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand(k, -1))
+    return correct[:k].reshape(-1).float().sum()
+"""
+
+
+def test_view_of_a_parameter_transposed_here(tmp_path):
+    result = lint_source(tmp_path, PARAM_VIEWS, select=["GPU003"])
+    assert lines(result, "GPU003") == marked_lines(PARAM_VIEWS)
+    assert lint_source(tmp_path, PARAM_VIEW_NEAR_MISSES, select=["GPU003"]).findings == []
+
+
+def test_view_of_a_transposed_parameter_really_fails(tmp_path):
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(RuntimeError) as exc:
+        x.transpose(1, 2).view(x.size(0), -1)
+    from gpudoctor import kb
+
+    entry = kb.load_entry("view-stride")
+    assert any(p.regex.search(str(exc.value)) for p in entry.patterns if p.role == "anchor")
+    assert torch.equal(x.transpose(1, 2).reshape(x.size(0), -1), x.transpose(1, 2).contiguous().view(2, -1))

@@ -196,6 +196,7 @@ _HEADS = {"heads", "num_heads", "n_heads", "nheads", "num_attention_heads", "n_h
 _HDIM = {"head_dim", "dim_head", "head_size", "d_head", "headdim", "d_k", "dk", "hd", "head_dims",
          "attention_head_size", "dim_per_head", "kv_channels", "hidden_size_per_head", "head_channels"}
 _ELEMENTWISE = {
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not",
     "float", "half", "bfloat16", "double", "to", "type", "type_as", "cuda", "cpu", "detach", "clone",
     "masked_fill", "masked_fill_", "mul", "mul_", "div", "div_", "add", "add_", "sub", "sub_", "clamp",
     "clamp_", "neg", "abs", "exp", "sigmoid", "tanh", "relu", "gelu", "silu", "requires_grad_",
@@ -723,12 +724,19 @@ class Interp:
                   roles=roles, attn=v.attn, attn_origin=v.attn_origin)
 
     def _index(self, v: TV, sl: ast.AST) -> TV:
-        """x[:, 0], x[..., None]: only full slices, ints and None are followed."""
+        """x[:, 0], x[..., None], x[:k]: slices and ints are followed (basic slicing keeps the
+        order of the dimensions in memory; sizes of sliced dimensions become unknown)."""
+        if v.rank is not None and isinstance(sl, ast.Slice):
+            sl = ast.Tuple(elts=[sl])
         if v.rank is None or not isinstance(sl, ast.Tuple):
             return TV(attn=v.attn, attn_origin=v.attn_origin)
         result, d = v, 0
         for e in sl.elts:
             if isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None:
+                d += 1
+            elif isinstance(e, ast.Slice) and (e.step is None or int_const(e.step) == 1) and d < (result.rank or 0):
+                dims = result.dims[:d] + (None,) + result.dims[d + 1:] if result.dims else None
+                result = replace(result, dims=dims, src=None, t12=0)
                 d += 1
             elif int_const(e) is not None:
                 result = self._drop_dim(result, d)
@@ -1052,7 +1060,9 @@ class Interp:
             dims = self._int_list(node.args)
             return self.permute(tv, dims, node) if dims else TV()
         if name == "t" and not node.args:
-            return self.transpose(tv, 0, 1, node) if tv.rank in (None, 2) else tv
+            if tv.rank is None:  # .t() is for 2-D tensors (on 1-D it does nothing, and nobody writes it)
+                tv = replace(tv, rank=2, dims=None, layouts=None)
+            return self.transpose(tv, 0, 1, node) if tv.rank == 2 else tv
         if name in ("contiguous",):
             r = tv.rank
             return replace(tv, layouts=frozenset({_identity(r)}) if r is not None else None, origin=None,
@@ -1263,6 +1273,11 @@ class Interp:
             unknown = True
         else:
             unknown = True
+        if tv.rank is None and tv.src and tv.t12 % 2 == 1 and tgt is not None and len(tgt) == 2 and tgt[1] is WILD \
+                and tgt[0] == Sym.named(f"{tv.src}.shape[0]"):
+            # y.transpose(1, 2).view(y.size(0), -1): whatever y's rank (at least 3 for dims 1 and 2),
+            # the -1 merges dims 1 and 2, which the transpose left out of order in memory
+            illegal = True
         if illegal and view and tv.origin is not None:
             self.events.append(ViewEvent(node, tv.origin, tv.origin_kind))
         if unknown and not illegal:

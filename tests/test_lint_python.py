@@ -724,3 +724,49 @@ def test_view_of_a_transposed_parameter_really_fails(tmp_path):
     entry = kb.load_entry("view-stride")
     assert any(p.regex.search(str(exc.value)) for p in entry.patterns if p.role == "anchor")
     assert torch.equal(x.transpose(1, 2).reshape(x.size(0), -1), x.transpose(1, 2).contiguous().view(2, -1))
+
+
+FLASH_MORE = """
+import torch
+from flash_attn import flash_attn_func, flash_attn_qkvpacked_func
+
+class Packed(torch.nn.Module):
+    def forward(self, x, rotary):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        q, k = rotary(q), rotary(k)
+        qkv = torch.stack([q, k, v], dim=2)
+        return flash_attn_qkvpacked_func(qkv)  # <-
+
+    def right(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim)
+        k = k.view(b, s, self.heads, self.head_dim)
+        v = v.view(b, s, self.heads, self.head_dim)
+        return flash_attn_qkvpacked_func(torch.stack([q, k, v], dim=2))
+
+def compare(B, N, H, d):
+    Q = torch.randn(B, N, H, d)
+    K = torch.randn(B, N, H, d)
+    V = torch.randn(B, N, H, d)
+    V = V.transpose(1, 2)
+    return flash_attn_func(Q, K, V)  # <-
+
+def compare_all(B, N, H, d):
+    Q = torch.randn(B, N, H, d).transpose(1, 2)
+    K = torch.randn(B, N, H, d).transpose(1, 2)
+    V = torch.randn(B, N, H, d).transpose(1, 2)
+    return flash_attn_func(Q, K, V)          # every one (B, H, N, d): sizes unknown to us as heads
+"""
+
+
+def test_flash_attn_packed_and_one_transposed(tmp_path):
+    result = lint_source(tmp_path, FLASH_MORE, select=["GPU008"])
+    assert lines(result, "GPU008") == marked_lines(FLASH_MORE)
+    packed, odd = sorted(result.findings, key=lambda f: f.line)
+    assert "(batch, heads, 3, seqlen, head_dim)" in packed.message
+    assert "only v went through transpose(1, 2)" in odd.message

@@ -205,7 +205,7 @@ _ELEMENTWISE = {
 _CREATE = {"zeros", "ones", "empty", "randn", "rand", "full", "zeros_like", "ones_like", "empty_like",
            "randn_like", "rand_like", "full_like", "arange", "randint"}
 _SIZE_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty", "new_full"}
-_FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q",),
+_FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q", "kv"), "flash_attn_qkvpacked_func": ("qkv",),
           "flash_attn_with_kvcache": ("q",)}
 _SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
 _INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
@@ -252,6 +252,9 @@ _NOT_HELPERS = frozenset({"len", "range", "enumerate", "zip", "int", "float", "s
                           "all", "sorted", "type", "item", "tolist", "size", "dim", "numel", "format", "join",
                           "keys", "values", "items", "get", "append", "extend", "pop", "update", "split"})
 _LIBRARIES = ("torch.", "math.", "numpy.", "np.", "einops.", "xformers.", "flash_attn.", "os.", "sys.", "re.")
+
+# Position embeddings applied to q and k keep their shape and layout.
+_SHAPE_KEEPING = re.compile(r"rotary|rope|rotate|pos_emb|position_emb", re.I)
 
 # Helpers of libraries whose result is the softmax of a score matrix (diffusers' Attention and
 # CrossAttention: baddbmm(q, k^T) then softmax).
@@ -869,6 +872,8 @@ class Interp:
                               recv, node, args, kws, env)
         else:
             out = self.function(qual or name, name, node, args, kws)
+        if out is None and args and isinstance(args[0], TV) and args[0].rank and _SHAPE_KEEPING.search(name):
+            return replace(args[0], src=None, sizes=False)  # rotary(q), apply_rope(k): same layout, same roles
         if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):
             # a call this file cannot see into: the project pass may know what it returns
             return TV(opaque=name, attn_origin=node)
@@ -961,7 +966,14 @@ class Interp:
         if q in ("torch.stack",) and args:
             elem = self._elem(args[0])
             if isinstance(elem, TV) and elem.rank is not None:
-                return TV(rank=elem.rank + 1, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank + 1)}))
+                d = int_const(node.args[1]) if len(node.args) > 1 else int_const(kwarg(node, "dim"))
+                d = 0 if d is None and len(node.args) < 2 and kwarg(node, "dim") is None else d
+                roles = None
+                if d is not None and elem.roles and -elem.rank - 1 <= d <= elem.rank:
+                    d = d + elem.rank + 1 if d < 0 else d
+                    roles = elem.roles[:d] + (None,) + elem.roles[d:]  # the stacked tensors keep their roles
+                return TV(rank=elem.rank + 1, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank + 1)}),
+                          roles=roles)
             return TV()
         if q == "torch.cat" and args:
             elem = self._elem(args[0])
@@ -998,7 +1010,9 @@ class Interp:
                 return v.items[0]
             ranks = {i.rank for i in v.items if isinstance(i, TV)}
             if len(ranks) == 1 and all(isinstance(i, TV) for i in v.items):
-                return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items))
+                roles = {i.roles for i in v.items}
+                return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items),
+                          roles=roles.pop() if len(roles) == 1 else None)
         if isinstance(v, TV) and v.rank:
             return TV(rank=v.rank - 1, sizes=v.sizes)
         return None
@@ -1440,11 +1454,30 @@ class Interp:
             n = node.args[i] if i < len(node.args) else kwarg(node, p)
             vals.append((p, n, args[i] if i < len(args) else kws.get(p)))
         for p, n, v in vals:
-            if isinstance(v, TV) and v.rank == 4 and v.roles and v.roles[1] == "heads" and n is not None:
-                self.events.append(FlashLayoutEvent(
-                    node, n, f"{p} is laid out (batch, heads, seqlen, head_dim) (the SDPA layout); "
-                             f"{name} wants (batch, seqlen, heads, head_dim)"))
+            packed = p in ("qkv", "kv")
+            if isinstance(v, TV) and v.rank == (5 if packed else 4) and v.roles and v.roles[1] == "heads" and \
+                    n is not None:
+                what = ("(batch, heads, 3, seqlen, head_dim)" if p == "qkv" else "(batch, heads, 2, seqlen, head_dim)") \
+                    if packed else "(batch, heads, seqlen, head_dim) (the SDPA layout)"
+                wants = "(batch, seqlen, 3, heads, head_dim): stack (b, s, h, d) tensors on dim 2" if p == "qkv" else \
+                    "(batch, seqlen, 2, heads, head_dim)" if p == "kv" else "(batch, seqlen, heads, head_dim)"
+                self.events.append(FlashLayoutEvent(node, n, f"{p} is laid out {what}; {name} wants {wants}"))
                 return
+        if name == "flash_attn_func" and len(vals) == 3:
+            tvs = [v if isinstance(v, TV) else None for _, _, v in vals]
+            dims = [t.dims if t is not None and t.rank == 4 and t.dims and all(t.dims) else None for t in tvs]
+            if all(dims) and len(set(dims)) == 2:
+                # q, k, v built with the same sizes, one of them transposed on the way
+                for i, d in enumerate(dims):
+                    others = {x for j, x in enumerate(dims) if j != i}
+                    if len(others) == 1 and d == (lambda o: (o[0], o[2], o[1], o[3]))(next(iter(others))) and \
+                            tvs[i].t12 % 2 == 1:  # type: ignore[union-attr]
+                        p, n, _ = vals[i]
+                        kept = [q for j, (q, _, _) in enumerate(vals) if j != i]
+                        self.events.append(FlashLayoutEvent(
+                            node, n, f"only {p} went through transpose(1, 2), not {', '.join(kept)}: {name} wants "
+                                     f"all of q, k, v in (batch, seqlen, heads, head_dim)"))
+                        return
         if name == "flash_attn_func" and len(vals) == 3 and all(isinstance(n, ast.Name) for _, n, _ in vals):
             tvs = [_as_tv(v) for _, _, v in vals]
             if all(t.src for t in tvs) and len({t.t12 % 2 for t in tvs}) > 1:

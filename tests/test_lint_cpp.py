@@ -236,3 +236,46 @@ def test_a_binding_file_without_raw_reads_still_names_the_entry_points(tmp_path)
     result = lint_tree(tmp_path, files, select=["GPU009"])
     got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
     assert got == [("basis_cuda.cu", n) for n in marked_lines(files["csrc/cuda/basis_cuda.cu"], "// <-")]
+
+
+def test_allocations_per_branch_and_new_in_a_conditional(tmp_path):
+    files = {"alloc.cpp": """
+        #include <c10/core/Allocator.h>
+        #include <cstdlib>
+
+        static void npu_free(void* ptr) {
+        #ifdef _WIN32
+          free(ptr);
+        #else
+          free(ptr);
+        #endif
+        }
+
+        struct NpuAllocator final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            void* data = nullptr;
+        #ifdef _WIN32
+            data = _aligned_malloc(nbytes, 64);  // <-
+        #else
+            data = aligned_alloc(64, (nbytes + 63) / 64 * 64);
+        #endif
+            return {data, data, &npu_free, at::Device(at::DeviceType::PrivateUse1, 0)};
+          }
+        };
+
+        struct Scratch final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            uint8_t* data = nbytes ? new uint8_t[nbytes] : nullptr;
+            return {data, data, &free, at::Device(at::DeviceType::PrivateUse1, 0)};  // <-
+          }
+        };
+
+        struct Fine final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            void* data = nbytes ? aligned_alloc(64, (nbytes + 63) / 64 * 64) : nullptr;
+            return {data, data, &free, at::Device(at::DeviceType::CPU)};
+          }
+        };
+        """}
+    result = lint_tree(tmp_path, files, select=["GPU010"])
+    assert sorted(f.line for f in result.findings) == marked_lines(files["alloc.cpp"], "// <-")

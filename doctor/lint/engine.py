@@ -388,9 +388,11 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
     facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
-    if any(f.creators for f in facts.values()):
+    creators = {name for f in facts.values() for name in f.creators}
+    if creators:
+        called = re.compile(rb"\.(?:%s)\(" % b"|".join(re.escape(n.encode()) for n in sorted(creators)))
         for path, fr in by_path.items():
-            if fr.deferred:  # now its calls after a cast can matter
+            if fr.deferred and _mentions(path, called):  # now its calls after a cast can matter
                 late_facts = _late_module_facts(path)
                 if late_facts is not None:
                     facts[path] = fr.facts = late_facts
@@ -433,6 +435,14 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
                 found.add(key)
                 out.append(f)
     return out
+
+
+def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return pattern.search(fh.read(MAX_BYTES)) is not None
+    except OSError:
+        return False
 
 
 def _late_module_facts(path: str) -> Any:

@@ -26,9 +26,6 @@ DEFAULT_EXCLUDE = frozenset({
     ".direnv", ".ipynb_checkpoints",
 })
 _CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
-# A file with none of these words creates no module or parameter (GPU011's creating half).
-_CREATES = re.compile(rb"Linear|Conv[123T]|Embedding|Norm|Attention|LSTM|GRU|RNN|PReLU|Transformer|Parameter|"
-                      rb"ModuleList|Sequential|ModuleDict")
 _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
@@ -280,9 +277,12 @@ def lint_file(task: Task) -> FileResult:
         return result
     codes = {r.code for r in wanted if r.wants(data)}
     result.checked = True
-    if codes == {"GPU011"} and task.kind == rules.PYTHON and not _CREATES.search(data):
-        result.deferred = True
-        return result
+    if codes == {"GPU011"} and task.kind == rules.PYTHON:
+        from gpudoctor.lint.pyrules import may_create_late
+
+        if not may_create_late(data):
+            result.deferred = True
+            return result
     if not codes:
         return result
     if b"\0" in data:
@@ -390,12 +390,28 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
     facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
     creators = {name for f in facts.values() for name in f.creators}
     if creators:
+        # Files deferred by GPU011 matter now: those that call a creating method, and those that
+        # define the classes the creators build (and their bases), for the project's class table.
         called = re.compile(rb"\.(?:%s)\(" % b"|".join(re.escape(n.encode()) for n in sorted(creators)))
-        for path, fr in by_path.items():
-            if fr.deferred and _mentions(path, called):  # now its calls after a cast can matter
+        needed = {foreign for f in facts.values() for made in f.creators.values() for _, foreign in made if foreign}
+        done: set[str] = set()
+        pending = [p for p, fr in by_path.items() if fr.deferred]
+        while pending:
+            defines = re.compile(rb"^[ \t]*class[ \t]+(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(needed)),
+                                 re.M) if needed else None
+            grew = False
+            for path in pending:
+                if path in done or not (_mentions(path, called) or (defines is not None and _mentions(path, defines))):
+                    continue
+                done.add(path)
                 late_facts = _late_module_facts(path)
                 if late_facts is not None:
-                    facts[path] = fr.facts = late_facts
+                    facts[path] = by_path[path].facts = late_facts
+                    for bases, _, _, builds in late_facts.classes.values():
+                        new = (set(bases) | set(builds)) - needed
+                        grew = grew or bool(new)
+                        needed |= new
+            pending = [p for p in pending if p not in done] if grew else []
     if facts:
         from gpudoctor.lint import project
 

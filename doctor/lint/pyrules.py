@@ -1197,6 +1197,31 @@ def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
     return False
 
 
+_SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter)\(", re.M)
+_OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)+[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\(", re.M)
+_SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
+_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def may_create_late(data: bytes) -> bool:
+    """Whether GPU011 can find anything in this file itself, read from the text before parsing:
+    an attribute of another object assigned a new module (model.head = nn.Linear(...)), the
+    object cast with self.half() / self.to(), or self.x = SomeModule(...) in a method that is not
+    __init__ or a builder. False means the file matters to GPU011 only for its calls after a cast
+    (the engine defers it)."""
+    if _OTHER_CREATE.search(data) or _SELF_CAST.search(data):
+        return True
+    defs = None
+    for m in _SELF_CREATE.finditer(data):
+        if defs is None:
+            defs = [(d.start(), len(d.group(1)), d.group(2).decode("ascii", "replace")) for d in _DEF.finditer(data)]
+        indent = len(m.group(1))
+        name = next((n for start, ind, n in reversed(defs) if start < m.start() and ind < indent), None)
+        if name is None or not name.startswith(_BUILDER):
+            return True
+    return False
+
+
 def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[str]:
     seen: set[str] = set()
     todo = [root]

@@ -94,7 +94,9 @@ RULES: tuple[Rule, ...] = (
             "A product of two activations (torch.baddbmm / bmm / matmul / einsum / @, typically q and "
             "k transposed) whose result goes through a softmax and is then multiplied with a third "
             "tensor (v): attention computed by hand. The finding points at the product that creates "
-            "the score matrix."
+            "the score matrix; when the scores come from a helper (diffusers' get_attention_scores, or a "
+            "function of another module that returns a softmax of a product, or the raw product), at the "
+            "helper call in the function that multiplies with the values."
         ),
         why=(
             "The score matrix holds batch x heads x query_len x key_len elements, quadratic in the "
@@ -122,7 +124,9 @@ RULES: tuple[Rule, ...] = (
         near_misses=(
             "A baddbmm/bmm/matmul whose result is not passed through a softmax and then into another "
             "product (a linear layer, a bias-add GEMM, a gating softmax that is not multiplied with "
-            "values) does not fire, and neither does a product with a module weight (self.weight)."
+            "values) does not fire, and neither does a product with a module weight (self.weight), "
+            "attention over query slices taken in a loop (sliced attention: the slice bounds its memory), "
+            "or a helper that only returns probabilities (the processor that multiplies them changes)."
         ),
     ),
     Rule(
@@ -168,7 +172,10 @@ RULES: tuple[Rule, ...] = (
             ".mT / .T or of F.scaled_dot_product_attention (or a value derived from one of those "
             "without a copy), and the view merges dimensions whose memory is not adjacent. The linter "
             "follows names through the function (reassignment and .contiguous() end the tracking) and "
-            "matches the view's sizes against the tensor's symbolic shape to tell merging from splitting."
+            "matches the view's sizes against the tensor's symbolic shape to tell merging from splitting. "
+            "A parameter transposed here counts too: y.transpose(1, 2).view(y.size(0), -1) merges the two "
+            "swapped dimensions whatever y's rank; .t(), comparisons (eq) and basic slices keep a "
+            "tensor's layout (pred.t().eq(target)[:k].view(-1))."
         ),
         why=(
             "view() never copies, so it can only merge dimensions that are adjacent in memory; after a "
@@ -205,8 +212,11 @@ RULES: tuple[Rule, ...] = (
         what=(
             "Names unpacked from (or iterated over) a 1-D tensor of sizes, such as "
             "`N_t, N_h, N_w = grid_sizes[0]` where grid_sizes = torch.stack([torch.tensor(u.shape[2:]) ...]), "
-            "then multiplied, added or used as sizes before int() or .tolist(); also a shape= argument "
-            "given a row of such a tensor."
+            "then multiplied, added or used as sizes before int() or .tolist(), reported at the binding "
+            "(one finding per group of bindings). The tensor is followed into the functions of other "
+            "modules it is handed to (imports, submodule classes, super()), and the finding there names "
+            "the caller; a shape= argument given a row of such a tensor is reported at the call only where "
+            "the callee cannot be followed."
         ),
         why=(
             "Each element is a 0-d tensor: on a CUDA tensor every operation on it is a kernel launch and "
@@ -225,7 +235,8 @@ RULES: tuple[Rule, ...] = (
         ),
         near_misses=(
             "Unpacking x.shape (ints), iterating grid_sizes.tolist(), converting with int() before "
-            "any arithmetic, and unpacking tuples of tensors (torch.chunk) do not fire."
+            "any arithmetic, unpacking tuples of tensors (torch.chunk), and callees in other modules that "
+            "convert what they receive (shape.tolist()) or receive x.shape (ints) do not fire."
         ),
     ),
     Rule(
@@ -383,7 +394,9 @@ RULES: tuple[Rule, ...] = (
         example="q = q.view(B, N, H, D).transpose(1, 2)   # SDPA layout\nout = flash_attn_func(q, k, v)",
         fix="Pass (B, N, H, D) tensors: drop the transpose(1, 2) (or transpose back) for all of q, k and v, and transpose the output if the caller expects (B, H, N, D).",
         fix_safety="display-only: which transposes to drop depends on what else uses the tensors.",
-        near_misses="q.view(B, N, H, D) passed directly, rearrange(..., 'b n (h d) -> b n h d'), and tensors of unknown layout do not fire.",
+        near_misses=("q.view(B, N, H, D) passed directly, rearrange(..., 'b n (h d) -> b n h d'), q, k, v stacked on "
+                     "dim 2 from (b, s, h, d) tensors for the packed call, all three transposed alike, and tensors "
+                     "of unknown layout do not fire."),
     ),
     Rule(
         code="GPU009",
@@ -401,8 +414,11 @@ RULES: tuple[Rule, ...] = (
             "x.data_ptr<T>() / x.data<T>() / mutable_data_ptr / const_data_ptr of a Tensor parameter x "
             "that is nowhere checked (x.is_contiguous(), CHECK_CONTIGUOUS(x), CHECK_INPUT(x), macros "
             "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
-            "with its strides. A function whose every caller in the linted files passes checked or "
-            "contiguous tensors is fine."
+            "with its strides; a device or dtype check is not a contiguity check. A function whose every "
+            "caller in the linted files passes checked or contiguous tensors is fine; the files that "
+            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points. "
+            "One finding per function and tensor, at its first read (the reads in the other launch "
+            "branches are the same fix)."
         ),
         why=(
             "A raw pointer is read as dense row-major memory. A transposed, permuted, sliced or "
@@ -413,7 +429,8 @@ RULES: tuple[Rule, ...] = (
         fix='TORCH_CHECK(x.is_contiguous(), "x must be contiguous");   // or: auto xc = x.contiguous(); use xc.data_ptr<float>()',
         fix_safety="display-only: whether to reject or to copy (and where) is a design choice of the extension.",
         near_misses=(
-            "Reads after x.contiguous(), after a contiguity check or macro, of tensors created in the "
+            "Reads of one-element tensors (TORCH_CHECK(x.numel() == 1)), reads after x.contiguous(), "
+            "after a contiguity check or macro, of tensors created in the "
             "function (torch::empty), pointer comparisons and alignment checks inside TORCH_CHECK, and "
             "functions whose callers check, do not fire."
         ),
@@ -472,7 +489,10 @@ RULES: tuple[Rule, ...] = (
             "without a dtype= argument and is never converted afterwards. Also a method other than "
             "__init__ (and not called from __init__) of an nn.Module class that adds float32 submodules "
             "or parameters with no dtype/device and no .to() afterwards (an enable_*_mode() that runs "
-            "after the pipeline cast the model)."
+            "after the pipeline cast the model), when another module calls it on an object after "
+            "casting it (from_pretrained(torch_dtype=...), .to(dtype), .half()): reported at each "
+            "creation, naming the call and the cast. Classes of other modules count by what the "
+            "project's class table says of them (weights of their own, of a base, or of a class they build)."
         ),
         why=(
             "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "
@@ -483,7 +503,9 @@ RULES: tuple[Rule, ...] = (
         fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
         fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
         near_misses=(
-            "Modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
+            "Modules converted later with module.to(...) (in place), classes that cast their inputs to "
+            "their weights, classes without weights, "
+            "modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
             "modules converted later in the same function, and casts to float32 do not fire."
         ),
     ),

@@ -1168,9 +1168,9 @@ def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | N
         sure, foreign = made
         what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
         f = _finding(src, s, "GPU011", (
-            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: its matmuls "  # type: ignore[attr-defined]
-            f"with the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; create it "
-            f"with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
+            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: float32 "  # type: ignore[attr-defined]
+            f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
+            f"create it with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
             Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
                 if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
         out.append((f, foreign))

@@ -4,7 +4,6 @@ does, and the pre-commit hooks (manifest, the files they pass, --force-exclude).
 from __future__ import annotations
 
 import json
-import os
 import re
 import textwrap
 from pathlib import Path

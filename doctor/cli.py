@@ -41,6 +41,7 @@ from gpudoctor.output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    FORMATS,
     ClosedPipe,
     Format,
     Output,
@@ -655,11 +656,19 @@ def scan(
 # --- lint (the implementation lives in gpudoctor.lint) ---------------------------------------------
 
 
+# gpudoctor.lint.render.RENDERERS, spelt out so that the CLI imports no part of the linter until
+# it lints (a test holds the two together).
+LINT_FORMATS = ("text", "json", "md", "sarif", "github")
+_LINT_FORMAT_HELP = ("Output format: text (for people), json, md (Markdown), sarif (SARIF 2.1.0 for GitHub code "
+                     "scanning) or github (GitHub Actions annotations).")
+
+
 def lint(
     paths: Optional[List[str]] = typer.Argument(None, metavar="[PATH]...",
                                                 help="Files or folders to lint (default: the current folder)."),
-    fmt: Optional[Format] = format_option(),
-    output: Optional[str] = output_option(),
+    fmt: Optional[str] = format_option(_LINT_FORMAT_HELP, choices=LINT_FORMATS),
+    output: Optional[str] = output_option("Write the output to PATH (- for standard output, the default); .json, .md "
+                                          "or .sarif picks the format."),
     select: List[str] = typer.Option([], "--select", metavar="CODES",
                                      help="Only these rule codes or prefixes, comma-separated (ALL)."),
     ignore: List[str] = typer.Option([], "--ignore", metavar="CODES",
@@ -668,6 +677,9 @@ def lint(
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply (or show) the unsafe fixes."),
     diff: bool = typer.Option(False, "--diff", help="Print the unified diff of the fixes instead of applying them."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore the tool.gpudoctor.lint table of pyproject.toml."),
+    force_exclude: bool = typer.Option(False, "--force-exclude",
+                                       help="Skip files named on the command line that the configuration's exclude "
+                                            "(or the default excluded folders) leave out (for pre-commit)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", help="Worker processes (default: one per core)."),
     quiet: bool = quiet_option("Print only the findings (no summary line on stderr)."),
     verbose: bool = verbose_option("Also report the time taken."),
@@ -677,10 +689,15 @@ def lint(
     `gpudoctor explain GPU001` documents a rule; --fix applies the safe fixes."""
     from gpudoctor.lint.cli import Options, run
 
-    [out] = plan_outputs(fmt, output)  # lint.cli.run refuses an output it would read (files and folders)
-    raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=out.fmt.value, output=out.path, select=select,
-                                 ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, isolated=isolated,
-                                 jobs=jobs, quiet=quiet, verbose=verbose)))
+    if fmt is None and output is not None and output.lower().endswith(".sarif"):
+        fmt = "sarif"
+    # The formats of every command pick and check the output; lint's own (sarif, github) are text
+    # files to it. lint.cli.run refuses an output it would read (files and folders).
+    [out] = plan_outputs(Format(fmt) if fmt in FORMATS else (Format.text if fmt else None), output)
+    raise typer.Exit(run(Options(paths=list(paths or ["."]), fmt=fmt if fmt and fmt not in FORMATS else out.fmt.value,
+                                 output=out.path, select=select, ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes,
+                                 diff=diff, isolated=isolated, force_exclude=force_exclude, jobs=jobs, quiet=quiet,
+                                 verbose=verbose)))
 
 
 def _list_probes(options: Any, out: Output, stderr: Any) -> None:

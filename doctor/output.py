@@ -124,16 +124,18 @@ def command_help(function: Any) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-def format_option(help: str = FORMAT_HELP) -> Any:
+def format_option(help: str = FORMAT_HELP, choices: tuple[str, ...] = FORMATS) -> Any:
     """The `--format` option, the same for every command: its choices, its metavar, its shell
-    completion, and its usage error (`--format xml: expected one of text, json, md`)."""
+    completion, and its usage error (`--format xml: expected one of text, json, md`). A command
+    with formats of its own beyond these (`lint --format sarif`) passes its `choices` and is
+    annotated `Optional[str]`."""
     import typer
 
-    return typer.Option(None, "--format", click_type=_format_type(), help=help, show_default=False)
+    return typer.Option(None, "--format", click_type=_format_type(choices), help=help, show_default=False)
 
 
 @functools.lru_cache(maxsize=None)
-def _format_type() -> Any:
+def _format_type(choices: tuple[str, ...] = FORMATS) -> Any:
     try:  # typer >= 0.20 vendors click as typer._click; older typers use click itself
         from typer._click import types
         from typer._click.shell_completion import CompletionItem
@@ -142,21 +144,22 @@ def _format_type() -> Any:
         from click.shell_completion import CompletionItem  # type: ignore[no-redef]
 
     class FormatChoice(types.ParamType):
-        """text|json|md, with one message for a wrong value whatever click or typer version."""
+        """text|json|md (or the command's `choices`), with one message for a wrong value whatever
+        click or typer version."""
 
         name = "format"
 
         def get_metavar(self, param: Any, ctx: Any = None) -> str:
-            return "[" + "|".join(FORMATS) + "]"
+            return "[" + "|".join(choices) + "]"
 
         def convert(self, value: Any, param: Any, ctx: Any) -> Any:
             text = value.value if isinstance(value, Format) else str(value)
-            if text in FORMATS:
+            if text in choices:
                 return text  # typer turns it into the Format the command is annotated with
-            self.fail(f"{text}: expected one of {', '.join(FORMATS)}", param, ctx)
+            self.fail(f"{text}: expected one of {', '.join(choices)}", param, ctx)
 
         def shell_complete(self, ctx: Any, param: Any, incomplete: str) -> list:
-            return [CompletionItem(f) for f in FORMATS if f.startswith(incomplete)]
+            return [CompletionItem(f) for f in choices if f.startswith(incomplete)]
 
     return FormatChoice()
 

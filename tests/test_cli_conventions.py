@@ -422,10 +422,12 @@ def test_each_command_has_a_one_line_help_at_80_columns(name):
 
 @pytest.mark.parametrize("name", ORDER)
 def test_shared_options_have_the_same_names_and_metavars(name):
-    """--format [text|json|md], -o PATH, -q, -v (and --no-redact wherever something is redacted)."""
+    """--format [text|json|md], -o PATH, -q, -v (and --no-redact wherever something is redacted).
+    lint adds formats of its own after the shared three (SARIF and GitHub annotations)."""
     result = run(name, "--help", env={"COLUMNS": "200"})
     text = result.stdout
-    assert "--format" in text and "[text|json|md]" in text
+    shared = "[text|json|md|sarif|github]" if name == "lint" else "[text|json|md]"
+    assert "--format" in text and shared in text
     assert "--output" in text and " -o " in text and " PATH " in text
     assert "--quiet" in text and " -q " in text and "--verbose" in text and " -v " in text
     if name in ("scan", "run", "report", "diff"):

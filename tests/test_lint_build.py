@@ -24,9 +24,9 @@ ext = load(name="custom_module", sources=["module.cpp", "kernel.cu"],
 nvcc_flags = ["-O3", "-gencode", "arch=compute_86,code=sm_86"]  # <-
 setup(ext_modules=[CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": nvcc_flags})])
 
-several = ["-gencode", "arch=compute_80,code=sm_80"]  # <-
+several = ["-gencode", "arch=compute_80,code=sm_80"]
 several.append("-gencode")
-several.append("arch=compute_90,code=sm_90")
+several.append("arch=compute_90,code=sm_90")  # <- (the newest target: the entry the fix changes)
 
 every_family = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
                 "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_120,code=sm_120"]
@@ -237,3 +237,44 @@ def test_fix_build_files_end_to_end(tmp_path):
     if shutil.which("nvcc"):
         flags = fixed.splitlines()[2].split("nvcc ", 1)[1].replace(" -c k.cu", "")
         assert _nvcc_images(flags) == ({86}, {86})
+
+
+def test_builds_are_judged_one_build_at_a_time(tmp_path):
+    """Each build is judged on the flags it really gets, at its newest target: a target's own
+    CUDA_ARCHITECTURES, a Makefile recipe with the variables it expands, a Dockerfile's ENV
+    apart from an export inside one RUN step, a flag list filled by appends."""
+    files = {
+        "CMakeLists.txt": """
+            set(CMAKE_CUDA_ARCHITECTURES 70 80 86)
+            add_library(bench SHARED bench.cu)
+            set_target_properties(bench PROPERTIES CUDA_ARCHITECTURES "80-real;86-real")  # <-
+            """,
+        "Makefile": """
+            NVCCFLAGS := -O3
+            NVCCFLAGS += -gencode arch=compute_80,code=sm_80
+            NVCCFLAGS += -gencode arch=compute_86,code=sm_86  # <-
+            main: main.cu
+            \tnvcc $(NVCCFLAGS) -o $@ $^
+            profile: main.cu
+            \tnvcc -O3 -arch=sm_86 -o $@ $^
+            """,
+        "Dockerfile": """
+            FROM pytorch/pytorch:2.4.1-cuda12.1-cudnn9-devel
+            ENV TORCH_CUDA_ARCH_LIST="7.5;8.0;8.6"  # <-
+            RUN pip install -e .
+            RUN export TORCH_CUDA_ARCH_LIST="8.0;8.6+PTX" && pip install -e /opt/other
+            """,
+        "setup.py": """
+            cc_flag = []
+            cc_flag.append("-gencode")
+            cc_flag.append("arch=compute_80,code=sm_80")
+            if newer_cuda:
+                cc_flag.append("-gencode")
+                cc_flag.append("arch=compute_90,code=sm_90")  # <-
+            ext = CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": ["-O3"] + cc_flag})
+            """,
+    }
+    files = {k: v.replace("  # <-", "") if k != "setup.py" else v for k, v in files.items()}
+    result = lint_tree(tmp_path, files, select=["GPU006"])
+    got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
+    assert got == [("CMakeLists.txt", 3), ("Dockerfile", 2), ("Makefile", 3), ("setup.py", 6)]

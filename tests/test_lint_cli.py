@@ -62,7 +62,7 @@ def test_text_output_and_exit_code(buggy):
     assert r.exit_code == 1, r.output
     found = [LINE.match(line) for line in r.stdout.splitlines()]
     assert all(found), r.stdout
-    assert [(m["code"], int(m["line"])) for m in found] == [("GPU003", 7), ("GPU005", 16), ("GPU004", 22)]
+    assert [(m["code"], int(m["line"])) for m in found] == [("GPU003", 7), ("GPU005", 16), ("GPU004", 21)]
     assert {m["kb"] for m in found} == {"view-stride", "parameter-reassign", "misaligned-address"}
     assert "found 3 findings" in r.stderr and "2 fixable with --fix" in r.stderr
 

@@ -191,3 +191,91 @@ def test_functions_are_found_with_their_parameters():
     fns = cpp.functions(cpp.tokenize(text))
     assert [f.name for f in fns] == ["forward"]
     assert [name for _, name in fns[0].params] == ["q", "k", "n"]
+
+
+def test_a_binding_file_without_raw_reads_still_names_the_entry_points(tmp_path):
+    """The registration and dispatch live in a file with no data_ptr at all; the reads in the
+    kernel file are reported through them. A dtype or device check is not a contiguity check; a
+    one-element tensor is dense whatever its strides."""
+    files = {
+        "csrc/ops.cpp": """
+            #include <torch/script.h>
+            torch::Tensor basis_cuda(torch::Tensor pseudo, torch::Tensor sizes, torch::Tensor scale);
+
+            torch::Tensor basis(torch::Tensor pseudo, torch::Tensor sizes, torch::Tensor scale) {
+              if (pseudo.device().is_cuda()) {
+                return basis_cuda(pseudo, sizes, scale);
+              }
+              AT_ERROR("CPU path elsewhere");
+            }
+
+            TORCH_LIBRARY(spline_ops, m) {
+              m.def("basis", &basis);
+            }
+            """,
+        "csrc/cuda/basis_cuda.cu": """
+            #include <ATen/cuda/CUDAContext.h>
+            #include <torch/extension.h>
+            #define CHECK_CUDA(x) AT_ASSERTM(x.device().is_cuda(), #x " must be CUDA tensor")
+
+            torch::Tensor basis_cuda(torch::Tensor pseudo, torch::Tensor sizes, torch::Tensor scale) {
+              CHECK_CUDA(pseudo);
+              TORCH_CHECK(sizes.scalar_type() == at::kLong, "sizes must be int64");
+              TORCH_CHECK(scale.numel() == 1, "one scale");
+              auto out = at::empty({pseudo.size(0)}, pseudo.options());
+              auto sizes_data = sizes.data_ptr<int64_t>();  // <-
+              auto scale_data = scale.data_ptr<float>();
+              AT_DISPATCH_FLOATING_TYPES(pseudo.scalar_type(), "basis", [&] {
+                auto pseudo_data = pseudo.data_ptr<scalar_t>();  // <-
+                auto out_data = out.data_ptr<scalar_t>();
+              });
+              return out;
+            }
+            """,
+    }
+    result = lint_tree(tmp_path, files, select=["GPU009"])
+    got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
+    assert got == [("basis_cuda.cu", n) for n in marked_lines(files["csrc/cuda/basis_cuda.cu"], "// <-")]
+
+
+def test_allocations_per_branch_and_new_in_a_conditional(tmp_path):
+    files = {"alloc.cpp": """
+        #include <c10/core/Allocator.h>
+        #include <cstdlib>
+
+        static void npu_free(void* ptr) {
+        #ifdef _WIN32
+          free(ptr);
+        #else
+          free(ptr);
+        #endif
+        }
+
+        struct NpuAllocator final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            void* data = nullptr;
+        #ifdef _WIN32
+            data = _aligned_malloc(nbytes, 64);  // <-
+        #else
+            data = aligned_alloc(64, (nbytes + 63) / 64 * 64);
+        #endif
+            return {data, data, &npu_free, at::Device(at::DeviceType::PrivateUse1, 0)};
+          }
+        };
+
+        struct Scratch final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            uint8_t* data = nbytes ? new uint8_t[nbytes] : nullptr;
+            return {data, data, &free, at::Device(at::DeviceType::PrivateUse1, 0)};  // <-
+          }
+        };
+
+        struct Fine final : at::Allocator {
+          at::DataPtr allocate(size_t nbytes) override {
+            void* data = nbytes ? aligned_alloc(64, (nbytes + 63) / 64 * 64) : nullptr;
+            return {data, data, &free, at::Device(at::DeviceType::CPU)};
+          }
+        };
+        """}
+    result = lint_tree(tmp_path, files, select=["GPU010"])
+    assert sorted(f.line for f in result.findings) == marked_lines(files["alloc.cpp"], "// <-")

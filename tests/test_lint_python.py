@@ -253,10 +253,10 @@ import torch
 
 def forward(x):
     grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
-    N_t, N_h, N_w = grid_sizes[0]
-    expected_tokens = int(N_t * N_h * N_w)  # <-
-    for f, h, w in grid_sizes:
-        seq_len = f * h * w  # <-
+    N_t, N_h, N_w = grid_sizes[0]  # <-
+    expected_tokens = int(N_t * N_h * N_w)
+    for f, h, w in grid_sizes:  # <-
+        seq_len = f * h * w
     return expected_tokens
 
 class Block:
@@ -314,15 +314,15 @@ def test_shape_keyword_is_not_flagged_when_this_file_handles_it(tmp_path):
     import torch
 
     def attend(x, shape=None):
-        N_t, N_h, N_w = shape
-        return int(N_t * N_h * N_w)  # <-
+        N_t, N_h, N_w = shape  # <-
+        return int(N_t * N_h * N_w)
 
     def caller(x):
         grid_sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
         return attend(x, shape=grid_sizes[0])
     """
     result = lint_source(tmp_path, source, select=["GPU004"])
-    # the callee is in this file: reported where the arithmetic happens, not at the call
+    # the callee is in this file: reported where its values are unpacked, not at the call
     assert lines(result, "GPU004") == marked_lines(source)
 
 
@@ -543,8 +543,8 @@ def test_module_after_cast_across_files(tmp_path):
                     self.head = nn.Linear(4, 4)          # called from __init__: fine
 
                 def enable_world_mode(self, dim):
-                    self.bridge = Adapter(dim)
-                    self.token = nn.Parameter(torch.zeros(1, dim))
+                    self.bridge = Adapter(dim)  # <-
+                    self.token = nn.Parameter(torch.zeros(1, dim))  # <-
                     for p in self.blocks.parameters():
                         p.requires_grad = False
 
@@ -559,7 +559,7 @@ def test_module_after_cast_across_files(tmp_path):
 
             def main(dit):
                 pipe = Pipeline.from_pretrained("x", torch_dtype=torch.bfloat16)
-                pipe.dit.enable_world_mode(1024)  # <-
+                pipe.dit.enable_world_mode(1024)
                 pipe.dit.enable_safe_mode(1024)
             """,
     }
@@ -567,8 +567,9 @@ def test_module_after_cast_across_files(tmp_path):
 
     result = lint_tree(tmp_path, files, select=["GPU011"])
     found = [(f.path.rsplit("/", 1)[-1], f.line) for f in result.findings]
-    assert found == [("train.py", ml(files["train.py"])[0])]
-    assert "bridge" in result.findings[0].message and "model.py" in result.findings[0].message
+    # at each module the method creates (the place to change), naming the call and the cast
+    assert found == [("model.py", line) for line in ml(files["model.py"])]
+    assert "self.bridge" in result.findings[0].message and "train.py:6" in result.findings[0].message
 
 
 @pytest.mark.parametrize("code", ["GPU001", "GPU003", "GPU004", "GPU005", "GPU008"])
@@ -596,3 +597,176 @@ def test_clean_modern_code_is_clean(tmp_path, code):
             return self.proj(out), f * h * w
     """
     assert lint_source(tmp_path, source, select=[code]).findings == []
+
+
+THROWN_AWAY = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Lora(nn.Module):
+    def __init__(self, base, r):
+        super().__init__()
+        self.base = base
+        self.down = nn.Parameter(torch.zeros(r, base.in_features))
+        self.mix = nn.Parameter(torch.ones(r) / r)
+        self.register_buffer("scale", torch.ones(1))
+
+    def half_lora(self):
+        self.base.half()                                  # a module: converted in place
+        self.down.half()  # <-
+        self.down.to(dtype=torch.bfloat16)  # <-
+        self.scale.half()                                 # a buffer: not known to be a parameter
+        y = self.down.to(torch.float16) + 1               # used, not thrown away
+        return y
+
+    def forward(self, x):
+        self.mix = F.softmax(self.mix, dim=0)  # <-
+        weights = F.softmax(self.mix, dim=0)              # a local name
+        self.down.data = self.down.data * 0.5             # in place on .data
+        return x @ self.down.t() * weights.sum()
+"""
+
+
+def test_a_parameter_conversion_thrown_away_and_a_computed_tensor_assigned(tmp_path):
+    result = lint_source(tmp_path, THROWN_AWAY, select=["GPU005"])
+    assert lines(result, "GPU005") == marked_lines(THROWN_AWAY)
+    by_line = {f.line: f for f in result.findings}
+    half, to, computed = (by_line[n] for n in marked_lines(THROWN_AWAY))
+    assert half.fix.applicability == "unsafe" and "in place" in half.message
+    assert computed.fix.applicability == "display-only" and "local name" in computed.message
+
+
+def test_thrown_away_half_really_does_nothing_and_the_fix_converts(tmp_path):
+    torch = pytest.importorskip("torch")
+    source = """
+    import torch
+    import torch.nn as nn
+
+    class Lora(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = nn.Parameter(torch.zeros(2, 3))
+
+        def half_lora(self):
+            self.down.half()
+            return self
+    """
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+    import textwrap
+
+    path = tmp_path / "lora.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    scope: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    assert scope["Lora"]().half_lora().down.dtype == torch.float32  # the bug: nothing happened
+    r = CliRunner().invoke(app, ["lint", str(path), "--fix", "--unsafe-fixes", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "self.down.data = self.down.data.half()" in path.read_text()
+    scope = {}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    fixed = scope["Lora"]().half_lora()
+    assert fixed.down.dtype == torch.float16 and isinstance(fixed.down, torch.nn.Parameter)
+
+
+PARAM_VIEWS = """
+import torch
+
+class Encoder(torch.nn.Module):
+    def forward(self, x):
+        b = x.size(0)
+        return self.fc(x.transpose(1, 2).view(b, -1))  # <-
+
+def pool(hidden):
+    return hidden.transpose(1, 2).view(hidden.shape[0], -1)  # <-
+
+def topk_accuracy(output, target, k):
+    _, pred = output.topk(k, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand(k, -1))
+    return correct[:k].view(-1).float().sum()  # <-
+"""
+
+PARAM_VIEW_NEAR_MISSES = """
+import torch
+
+def to_image(x, b, c, h, w):
+    return x.transpose(1, 2).view(b, c, h, w)          # splits: fine whatever the rank
+
+def by_row(x, rows):
+    return x.transpose(1, 2).view(rows, -1)            # rows: not known to be dim 0
+
+def first_then_swap(x):
+    b = x.size(0)
+    return x.transpose(0, 1).view(b, -1)               # a 2-D x works: the rank decides
+
+def topk_fixed(output, target, k):
+    _, pred = output.topk(k, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand(k, -1))
+    return correct[:k].reshape(-1).float().sum()
+"""
+
+
+def test_view_of_a_parameter_transposed_here(tmp_path):
+    result = lint_source(tmp_path, PARAM_VIEWS, select=["GPU003"])
+    assert lines(result, "GPU003") == marked_lines(PARAM_VIEWS)
+    assert lint_source(tmp_path, PARAM_VIEW_NEAR_MISSES, select=["GPU003"]).findings == []
+
+
+def test_view_of_a_transposed_parameter_really_fails(tmp_path):
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(RuntimeError) as exc:
+        x.transpose(1, 2).view(x.size(0), -1)
+    from gpudoctor import kb
+
+    entry = kb.load_entry("view-stride")
+    assert any(p.regex.search(str(exc.value)) for p in entry.patterns if p.role == "anchor")
+    assert torch.equal(x.transpose(1, 2).reshape(x.size(0), -1), x.transpose(1, 2).contiguous().view(2, -1))
+
+
+FLASH_MORE = """
+import torch
+from flash_attn import flash_attn_func, flash_attn_qkvpacked_func
+
+class Packed(torch.nn.Module):
+    def forward(self, x, rotary):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        q, k = rotary(q), rotary(k)
+        qkv = torch.stack([q, k, v], dim=2)
+        return flash_attn_qkvpacked_func(qkv)  # <-
+
+    def right(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim)
+        k = k.view(b, s, self.heads, self.head_dim)
+        v = v.view(b, s, self.heads, self.head_dim)
+        return flash_attn_qkvpacked_func(torch.stack([q, k, v], dim=2))
+
+def compare(B, N, H, d):
+    Q = torch.randn(B, N, H, d)
+    K = torch.randn(B, N, H, d)
+    V = torch.randn(B, N, H, d)
+    V = V.transpose(1, 2)
+    return flash_attn_func(Q, K, V)  # <-
+
+def compare_all(B, N, H, d):
+    Q = torch.randn(B, N, H, d).transpose(1, 2)
+    K = torch.randn(B, N, H, d).transpose(1, 2)
+    V = torch.randn(B, N, H, d).transpose(1, 2)
+    return flash_attn_func(Q, K, V)          # every one (B, H, N, d): sizes unknown to us as heads
+"""
+
+
+def test_flash_attn_packed_and_one_transposed(tmp_path):
+    result = lint_source(tmp_path, FLASH_MORE, select=["GPU008"])
+    assert lines(result, "GPU008") == marked_lines(FLASH_MORE)
+    packed, odd = sorted(result.findings, key=lambda f: f.line)
+    assert "(batch, heads, 3, seqlen, head_dim)" in packed.message
+    assert "only v went through transpose(1, 2)" in odd.message

@@ -80,8 +80,9 @@ class Targets:
     unknown: bool = False  # a variable or something not understood
     special: bool = False  # native / all / named architectures (Ampere): deliberate, never judged
     shell: bool = False
-    anchor: Tok | None = None  # where to report
+    anchor: Tok | None = None  # where to report when the newest target's own place is not known
     fixes: dict[int, list[Edit]] = field(default_factory=dict)  # per architecture: edits that only add PTX
+    where: dict[int, Tok] = field(default_factory=dict)  # per architecture: the entry that names it
 
     @property
     def archs(self) -> set[int]:
@@ -101,6 +102,11 @@ class Targets:
 
     def fix(self, n: int, edit: Edit) -> None:
         self.fixes.setdefault(n, []).append(edit)
+
+    def note(self, n: int, tok: Tok | None) -> None:
+        """`tok` names architecture `n` (the place a finding about it points at)."""
+        if tok is not None and tok.start is not None:
+            self.where[n] = tok
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,7 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
     t = Targets()
     t.shell = shell
     arch_value: str | None = None
+    arch_tok: Tok | None = None
     code_value: tuple[Tok, str] | None = None
     i = 0
     while i < len(tokens):
@@ -177,12 +184,14 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
         if flag in ("-gencode", "--generate-code"):
             _gencode(value_tok, t)
         elif flag in ("-arch", "--gpu-architecture"):
-            arch_value = value
+            arch_value, arch_tok = value, value_tok
         else:
             code_value = (value_tok, value)
         i += 1
     if arch_value is not None:
         parsed = _arch_word(arch_value, t)
+        if parsed:
+            t.note(parsed[1], arch_tok)
         if parsed and code_value is None:
             kind, n, variant = parsed
             if kind == "sm":
@@ -200,6 +209,7 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
             if p:
                 codes.append(p)
                 t.add(p[0], p[1], p[2])
+                t.note(p[1], vtok)
         virtual = _arch_word(arch_value, Targets()) if arch_value else None
         if len(codes) == 1 and codes[0][0] == "sm" and not codes[0][2] and virtual and virtual[0] == "compute" \
                 and virtual[1:] == codes[0][1:] and vtok.start is not None and value == vtok.text:
@@ -225,6 +235,7 @@ def _gencode(value: Tok, t: Targets) -> None:
         if p:
             codes.append(p)
             t.add(p[0], p[1], p[2])
+            t.note(p[1], value)
     if virtual and not virtual[2] and len(codes) == 1 and codes[0] == ("sm", virtual[1], "") \
             and value.start is not None:
         code_text = m.group(2)
@@ -268,6 +279,7 @@ def _torch_values(values: list[Tok], t: Targets) -> None:
         n = int(m.group(1)) * 10 + int(m.group(2))
         variant = m.group(3).lower()
         t.add("sm", n, variant)
+        t.note(n, Tok(entry, at))
         if m.group(4):
             t.add("compute", n, variant)
         elif not variant and at is not None:
@@ -285,6 +297,7 @@ def _cmake_values(values: list[Tok], t: Targets) -> None:
             t.unknown = True
             continue
         n, variant, kind = int(m.group(1)), m.group(2), m.group(3)
+        t.note(n, Tok(entry, at))
         if kind != "-virtual":
             t.add("sm", n, variant)
         if kind != "-real":
@@ -336,7 +349,8 @@ def _built(t: Targets) -> str:
 
 def _union(a: Targets, b: Targets) -> Targets:
     return Targets(sass=a.sass | b.sass, ptx=a.ptx | b.ptx, variant=a.variant | b.variant,
-                   unknown=a.unknown or b.unknown, special=a.special or b.special, anchor=a.anchor or b.anchor)
+                   unknown=a.unknown or b.unknown, special=a.special or b.special, anchor=a.anchor or b.anchor,
+                   fixes={**a.fixes, **b.fixes}, where={**a.where, **b.where})
 
 
 def judge(t: Targets, what: str) -> Verdict | None:
@@ -367,7 +381,10 @@ def judge(t: Targets, what: str) -> Verdict | None:
     message = f"{what}: {_built(t)}, so {named} fail with 'no kernel image is available'; {advice}"
     hint = ("list every GPU family you run on and add PTX for the newest "
             "(TORCH_CUDA_ARCH_LIST=\"8.0;8.6;9.0;10.0;12.0+PTX\")")
-    return Verdict(t.anchor, message, edits, hint)
+    # reported at the newest target: the entry the fix changes
+    newest = max(t.code_targets(), key=lambda x: (x.major, x.minor))
+    anchor = t.where.get(newest.major * 10 + newest.minor) or t.anchor
+    return Verdict(anchor, message, edits, hint)
 
 
 # --- build files -------------------------------------------------------------------------------
@@ -436,10 +453,17 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
     script ("shell")."""
     clean = _strip_hash_comments(text)
     out: list[Verdict] = []
-    # TORCH_CUDA_ARCH_LIST assignments, judged together for the file: several different values
-    # are alternatives (one per GPU) and are left alone.
-    values = [Tok(m.group(1), m.start(1)) for m in _ASSIGN_TORCH.finditer(clean)]
-    if values:
+    # TORCH_CUDA_ARCH_LIST assignments, judged together per scope: several different values in
+    # one scope are alternatives (one per GPU) and are left alone. A Dockerfile's ENV / ARG set
+    # it for every later step; a value exported inside one RUN step holds for that step only.
+    dockerfile = kind == "shell" and re.search(r"(?im)^\s*FROM\s+\S", clean) is not None
+    run_steps = [(m.start(), m.end()) for m in re.finditer(r"(?ims)^[ \t]*RUN\b(?:[^\n]*\\\n)*[^\n]*", clean)] \
+        if dockerfile else []
+    scopes: dict[int, list[Tok]] = {}
+    for m in _ASSIGN_TORCH.finditer(clean):
+        step = next((i for i, (a, b) in enumerate(run_steps) if a <= m.start(1) < b), -1)
+        scopes.setdefault(step, []).append(Tok(m.group(1), m.start(1)))
+    for values in scopes.values():
         texts = {v.text.strip("\"'") for v in values}
         if len(texts) == 1:
             for v in values:
@@ -447,29 +471,37 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
                 if verdict:
                     out.append(verdict)
     if kind == "cmake":
-        archs = [Tok(m.group(2), m.start(2)) for m in re.finditer(
-            r"(CMAKE_CUDA_ARCHITECTURES|CUDA_ARCHITECTURES)[\s\"]+(\"[^\"]*\"|[^\s)\"]+(?:[ \t]+[0-9][^\s)\"]*)*)", clean)]
-        archs = [a for a in archs if not a.text.startswith("$")] if archs else []
+        # CMAKE_CUDA_ARCHITECTURES (set / list(APPEND)) is one value for every target; a target's
+        # own CUDA_ARCHITECTURES property replaces it for that target and is judged alone.
+        variable, properties = [], []
+        for m in re.finditer(r"(CMAKE_CUDA_ARCHITECTURES|CUDA_ARCHITECTURES)[\s\"]+"
+                             r"(\"[^\"]*\"|[^\s)\"]+(?:[ \t]+[0-9][^\s)\"]*)*)", clean):
+            if m.group(2).startswith("$"):
+                continue
+            (variable if m.group(1).startswith("CMAKE_") else properties).append(Tok(m.group(2), m.start(2)))
         words = [t for t in _words(clean, 0)]
         words = [t for t in words if t.text.strip("\")") and not t.text.startswith(("CMAKE_CUDA_ARCH", "CUDA_ARCH"))]
-        from_archs = cmake_arch_targets(archs) if archs else Targets()
         from_flags = nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in words if _flagish(t.text)], shell=True)
         if not any(FLAG_HINT.search(t.text) for t in words):
             from_flags = Targets()
-        # CUDA_ARCHITECTURES and hand-written nvcc flags in one project feed the same builds: a
-        # part is reported only when the two together still leave newer GPUs without a kernel.
-        if from_archs.archs and from_flags.archs and judge(_union(from_archs, from_flags), "") is None:
-            return out
-        for part, what in ((from_archs, "CUDA_ARCHITECTURES"), (from_flags, "the nvcc flags")):
+        groups = [(cmake_arch_targets(variable) if variable else Targets(), "CUDA_ARCHITECTURES")]
+        groups += [(cmake_arch_targets([p]), "this target's CUDA_ARCHITECTURES") for p in properties]
+        for part, what in groups:
+            # CUDA_ARCHITECTURES and hand-written nvcc flags feed the same builds: reported only
+            # when the two together still leave newer GPUs without a kernel.
+            if part.archs and from_flags.archs and judge(_union(part, from_flags), "") is None:
+                continue
             verdict = judge(part, what)
+            if verdict:
+                out.append(verdict)
+        if not (any(p.archs for p, _ in groups) and from_flags.archs and
+                all(judge(_union(p, from_flags), "") is None for p, _ in groups if p.archs)):
+            verdict = judge(from_flags, "the nvcc flags")
             if verdict:
                 out.append(verdict)
         return out
     if kind == "make":
-        flags = [t for t in _words(clean, 0) if _flagish(t.text)]
-        verdict = judge(nvcc_targets(flags, shell=True), "the nvcc flags")
-        if verdict:
-            out.append(verdict)
+        out += _make_flags(clean)
         return out
     # shell / Dockerfile: one nvcc command per logical line
     for start, line in _logical_lines(clean):
@@ -491,6 +523,43 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
             if verdict:
                 out.append(verdict)
     return out
+
+
+_MAKE_ASSIGN = re.compile(r"^[ \t]*(?:override[ \t]+|export[ \t]+)?([A-Za-z_][A-Za-z0-9_.]*)[ \t]*(\?=|:=|::=|\+=|=)(.*)$")
+
+
+def _make_flags(clean: str) -> list[Verdict]:
+    """A Makefile's nvcc builds: each recipe line that runs nvcc, with the flags of the
+    variables it expands ($(NVCCFLAGS)); variables no nvcc line uses are judged on their own.
+    Two recipes are two builds (a profiling target's -arch=sm_86 does not give the main target
+    PTX)."""
+    variables: dict[str, list[Tok]] = {}
+    commands: list[tuple[list[Tok], set[str]]] = []
+    for start, line in _logical_lines(clean):
+        m = _MAKE_ASSIGN.match(line)
+        if m and not line.startswith("\t"):
+            name, op, value = m.group(1), m.group(2), m.group(3)
+            toks = [t for t in _words(value, start + m.start(3)) if _flagish(t.text)]
+            variables[name] = (variables.get(name, []) if op == "+=" else []) + toks
+            continue
+        if re.search(r"(^|[\s;&|/(])(?:nvcc|\$[({]NVCC[)}])(\s|$)", line):
+            used = set(re.findall(r"\$[({]([A-Za-z_][A-Za-z0-9_.]*)[)}]", line))
+            commands.append(([t for t in _words(line, start) if _flagish(t.text)], used))
+    out = []
+    used_anywhere: set[str] = set()
+    for own, used in commands:
+        used_anywhere |= used
+        toks = own + [t for name in sorted(used) for t in variables.get(name, [])]
+        verdict = judge(nvcc_targets(sorted(toks, key=lambda t: t.start or 0), shell=True), "the nvcc flags")
+        if verdict:
+            out.append(verdict)
+    for name, toks in variables.items():
+        if name not in used_anywhere and toks:
+            verdict = judge(nvcc_targets(toks, shell=True), f"the nvcc flags in {name}")
+            if verdict:
+                out.append(verdict)
+    unique = {(v.anchor.start, v.message): v for v in out}
+    return list(unique.values())
 
 
 def _flagish(word: str) -> bool:

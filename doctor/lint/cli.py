@@ -11,6 +11,7 @@ gpudoctor.output.
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ class Options:
     unsafe_fixes: bool = False
     diff: bool = False
     isolated: bool = False
+    force_exclude: bool = False
     jobs: int | None = None
     quiet: bool = False
     verbose: bool = False
@@ -74,7 +76,7 @@ def run(opts: Options) -> int:
     started = time.perf_counter()
     try:
         result, by_path, tasks = engine.lint(opts.paths or ["."], _codes(opts.select), _codes(opts.ignore),
-                                             opts.isolated, opts.jobs)
+                                             opts.isolated, opts.jobs, force_exclude=opts.force_exclude)
     except ValueError as exc:  # engine.UsageError, config.ConfigError, an unknown code in --select
         _err(str(exc))
         return EXIT_ERROR
@@ -98,12 +100,7 @@ def run(opts: Options) -> int:
     elif opts.fmt == "json":
         diffs = _finding_diffs(result, tasks)
 
-    if opts.fmt == "json":
-        out = render.json_(result, diffs)
-    elif opts.fmt == "md":
-        out = render.markdown(result)
-    else:
-        out = render.text(result)
+    out = render.render(opts.fmt, result, render.Context(diffs=diffs, root=os.getcwd(), lines=_line_reader(tasks)))
     if not _emit(opts, out):
         return EXIT_ERROR
     _errors(result)
@@ -214,6 +211,24 @@ def _finding_diffs(result, tasks) -> dict[int, str | None]:
     return diffs
 
 
+def _line_reader(tasks):
+    """For SARIF fingerprints: a linted file's lines, read once; None where it cannot be."""
+    from gpudoctor.lint import engine
+
+    cache: dict[str, list[str] | None] = {}
+
+    def lines(path: str) -> list[str] | None:
+        if path not in cache:
+            try:
+                with open(path, "rb") as fh:
+                    cache[path] = engine._decode(fh.read(), tasks[path].kind).splitlines()
+            except (OSError, ValueError, UnicodeError, KeyError):
+                cache[path] = None
+        return cache[path]
+
+    return lines
+
+
 def _emit(opts: Options, out: str) -> bool:
     """Write `out` as every gpudoctor command writes (gpudoctor.output): standard output, or the
     file replaced atomically, never through a link. False (after one line on stderr) when it could
@@ -221,7 +236,7 @@ def _emit(opts: Options, out: str) -> bool:
     from gpudoctor.output import Format, Output, OutputError, emit_text
 
     try:
-        emit_text(Output(Format(opts.fmt), opts.output or "-", "-o"), out)
+        emit_text(Output(Format.json if opts.fmt in ("json", "sarif") else Format.text, opts.output or "-", "-o"), out)
     except OutputError as exc:
         _err(str(exc))
         return False

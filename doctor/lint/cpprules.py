@@ -152,6 +152,9 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
                     i = index[t.text]
                     if member in _STRIDE_AWARE:
                         checked[i] = True
+                    elif member in ("numel", "dim") and stack and stack[-1] in _ASSERTS and \
+                            _equals_after_call(toks, k + 3, end, "1" if member == "numel" else "0"):
+                        checked[i] = True  # TORCH_CHECK(x.numel() == 1): one element is dense whatever its strides
                     elif member in _READS and tensor[i]:
                         after = toks[k + 3].text if k + 3 < end else ""
                         if member == "data" and after != "<":
@@ -168,6 +171,12 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
             checked = [True] * len(names)
         out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls))
     return out
+
+
+def _equals_after_call(toks: list[Tok], j: int, end: int, value: str) -> bool:
+    """`( ) == value` from token j (after `x.numel`)."""
+    return j + 3 < end and toks[j].text == "(" and toks[j + 1].text == ")" and toks[j + 2].text == "==" and \
+        toks[j + 3].text == value
 
 
 def _comparison_near(toks: list[Tok], k: int, end: int, partner: list[int]) -> bool:
@@ -346,7 +355,8 @@ def _function_allocs(path: str, cpp: CppFile, partner: list[int], fn, deleter_fa
     toks = cpp.tokens
     start, end = fn.body
     out: list[Finding] = []
-    families: dict[str, tuple[str, Tok]] = {}  # variable -> (family, where)
+    families: dict[str, tuple[str, Tok]] = {}  # variable -> (family, where) of its last allocation
+    every: dict[str, list[tuple[str, Tok]]] = {}  # variable -> every allocation (one per #if branch)
     definitions: dict[str, list[str]] = {}  # variable -> words of its last assignment
     percent_names: set[str] = set()
     k = start + 1
@@ -381,20 +391,23 @@ def _function_allocs(path: str, cpp: CppFile, partner: list[int], fn, deleter_fa
                     var = args[0][-1].text if args[0][-1].kind == "id" else var
                 if var:
                     families[var] = (_FAMILY[name], t)
+                    every.setdefault(var, []).append(families[var])
             if name in _FREE and len(args) == 1 and len(args[0]) >= 1:
                 var = args[0][-1].text if args[0][-1].kind == "id" else None
-                if var in families and families[var][0] != _FREE[name]:
+                if var in families and all(f != _FREE[name] for f, _ in every.get(var, [families[var]])):
                     fam, where = families[var]
                     line, _ = cpp.line_col(where.start)
                     out.append(_finding(path, cpp, t, (
                         f"{name}({var}) releases memory that {where.text}() allocated (line {line}): memory must be freed "
                         f"by its own family's function ({_FREE_NAME[fam]}); a mismatch corrupts the heap or crashes later"),
                         f"free it with {_FREE_NAME[fam]}({var})"))
-        elif t.text == "new" and k > 1 and toks[k - 1].text == "=" and toks[k - 2].kind == "id":
+        elif t.text == "new" and k > 1 and (_assigned_var(toks, k, start) or "") != "":
             j = k + 1
             while j < end and toks[j].text not in (";", "(", "[", "{"):
                 j += 1
-            families[toks[k - 2].text] = ("new[]" if j < end and toks[j].text == "[" else "new", t)
+            var = _assigned_var(toks, k, start) or ""
+            families[var] = ("new[]" if j < end and toks[j].text == "[" else "new", t)
+            every.setdefault(var, []).append(families[var])
         elif t.text == "delete" and k + 1 < end:
             arr = toks[k + 1].text == "["
             j = k + (3 if arr else 1)
@@ -418,10 +431,19 @@ def _function_allocs(path: str, cpp: CppFile, partner: list[int], fn, deleter_fa
             data_var = _first_brace_arg(toks, partner, k)
             if data_var not in families:
                 continue
-            fam, where = families[data_var]
             freed = {_FREE[deleter]} if deleter in _FREE else deleter_families.get(deleter, set())
-            if freed and fam not in freed:
+            allocations = every.get(data_var, [families[data_var]])
+            for fam, where in allocations:
+                if not freed or fam in freed:
+                    continue
                 line, _ = cpp.line_col(where.start)
+                if len(allocations) > 1:  # one #if branch allocates from another family: there
+                    out.append(_finding(path, cpp, where, (
+                        f"{where.text}() allocates {data_var} in this branch, but the DataPtr's deleter {deleter} releases "
+                        f"it with {', '.join(_FREE_NAME.get(f, f) for f in sorted(freed))}: PyTorch frees every storage "
+                        f"through the deleter, so that branch needs {_FREE_NAME.get(fam, 'the matching function')}"),
+                        f"release it with {_FREE_NAME.get(fam, 'the matching function')} in that branch"))
+                    continue
                 out.append(_finding(path, cpp, toks[k + 1], (
                     f"the DataPtr's deleter {deleter} does not release memory from {where.text}() (line {line}): PyTorch "
                     f"frees every storage through this deleter, so it must call {_FREE_NAME.get(fam, 'the matching function')}"),
@@ -460,6 +482,9 @@ def _assigned_var(toks: list[Tok], k: int, start: int) -> str | None:
                                          "float", "double", "int", "uint8_t", "const") or \
             (j > start and toks[j].kind == "id" and toks[j - 1].text in ("<", "(")):
         j -= 1
+    if j > start and toks[j].text in ("?", ":"):  # p = n ? new T[n] : nullptr
+        while j > start and toks[j].text not in ("=", ";", "{", "}"):
+            j -= 1
     if j > start and toks[j].text == "=" and toks[j - 1].kind == "id":
         return toks[j - 1].text
     return None

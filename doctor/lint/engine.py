@@ -1,6 +1,6 @@
 """Running the rules over files: discovery, the per-rule substring prefilter, one parse per file,
-inline suppressions, a process pool over chunks of files, and the cross-file step (GPU009's
-callers, GPU011's creators) in the parent.
+inline suppressions, a process pool over chunks of files, and the cross-file step in the parent
+(GPU009's callers; the Python project pass of gpudoctor.lint.project).
 
 A file is read only when one of the selected rules applies to its kind, and decoded and parsed
 only when the rule's prefilter finds the text it looks for; a file that is never parsed cannot be
@@ -66,8 +66,10 @@ class FileResult:
     suppress: dict[int, frozenset[str] | None] = field(default_factory=dict)
     cpp_summaries: list[Any] = field(default_factory=list)
     cpp_bound: set[str] = field(default_factory=set)
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
-    after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
+    # GPU011 alone wanted this file for a cast followed by calls, and it creates no module: its
+    # calls matter only if another file has a method that creates modules (parsed then, once)
+    deferred: bool = False
 
 
 class UsageError(ValueError):
@@ -78,10 +80,12 @@ class UsageError(ValueError):
 
 
 def discover(paths: list[str], select: list[str] | None, ignore: list[str] | None,
-             isolated: bool) -> list[tuple[Task, cfg.Config]]:
-    """The files to lint, each with its rule codes and configuration."""
+             isolated: bool, force_exclude: bool = False) -> list[tuple[Task, cfg.Config]]:
+    """The files to lint, each with its rule codes and configuration. A file named on the command
+    line is linted even where the configuration excludes it, unless `force_exclude` (pre-commit
+    names every changed file: the configuration must still decide)."""
     out: list[tuple[Task, cfg.Config]] = []
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()  # (device, inode): one file reached twice (links, overlapping paths)
     for arg in paths:
         if not os.path.exists(arg):
             raise UsageError(f"{arg}: no such file or directory")
@@ -91,18 +95,20 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
         codes = tuple(r.code for r in chosen)
         if os.path.isdir(arg):
             walked = _walk(arg, config)
+        elif force_exclude and _force_excluded(arg, config):
+            continue
         else:
             kind = classify(arg)
             if kind is None:
                 raise UsageError(f"{arg}: not a file type gpudoctor lint reads (Python, C++/CUDA, CMake, Makefile, "
                                  "shell script, Dockerfile)")
             try:
-                size = os.path.getsize(arg)
+                st = os.stat(arg)
+                size, key = st.st_size, (st.st_dev, st.st_ino)
             except OSError:
-                size = 0
-            walked = iter([(os.path.normpath(arg), kind, size)])
-        for path, (kind, sub), size in walked:
-            key = os.path.realpath(path)
+                size, key = 0, (-1, hash(os.path.realpath(arg)))
+            walked = iter([(os.path.normpath(arg), kind, size, key)])
+        for path, (kind, sub), size, key in walked:
             if key in seen:
                 continue
             seen.add(key)
@@ -112,7 +118,23 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
     return out
 
 
-def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int]]:
+def _force_excluded(path: str, config: cfg.Config) -> bool:
+    """A file the walk would leave out: excluded by the configuration, or under a folder excluded
+    by default (.venv, build, site-packages, ...) below the configuration's root (or the current
+    folder when there is no configuration)."""
+    if config.excluded(path):
+        return True
+    base = config.root or os.getcwd()
+    rel = os.path.relpath(os.path.abspath(path), base)
+    if rel.startswith(os.pardir + os.sep):
+        rel = os.path.normpath(path)
+    parts = rel.split(os.sep)[:-1]
+    return any(p in DEFAULT_EXCLUDE for p in parts)
+
+
+def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str], int, tuple[int, int]]]:
+    """(path, kind, size, (device, inode)) of the files under root, in name order; the identity
+    comes from the stat the size needs (realpath on every file cost more than the walk)."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -136,10 +158,11 @@ def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str],
             if kind is None or config.excluded(e.path):
                 continue
             try:
-                size = e.stat().st_size
+                st = e.stat()
+                size, key = st.st_size, (st.st_dev, st.st_ino)
             except OSError:
-                size = 0
-            yield os.path.normpath(e.path), kind, size
+                size, key = 0, (-1, hash(os.path.realpath(e.path)))
+            yield os.path.normpath(e.path), kind, size, key
         stack.extend(reversed(subdirs))
 
 
@@ -210,10 +233,12 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
         from gpudoctor.lint import pyrules
         from gpudoctor.lint.pysource import PySource
 
+        from gpudoctor.lint.project import module_name
+
         tree = ast.parse(text, filename=path)
         facts = pyrules.Facts()
-        findings = pyrules.check(PySource(path, text, tree), codes, facts)
-        result.creators, result.after_cast = facts.creators, facts.after_cast
+        findings = pyrules.check(PySource(path, text, tree, *module_name(path)), codes, facts)
+        result.facts = facts
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
@@ -252,6 +277,12 @@ def lint_file(task: Task) -> FileResult:
         return result
     codes = {r.code for r in wanted if r.wants(data)}
     result.checked = True
+    if codes == {"GPU011"} and task.kind == rules.PYTHON:
+        from gpudoctor.lint.pyrules import may_create_late
+
+        if not may_create_late(data):
+            result.deferred = True
+            return result
     if not codes:
         return result
     if b"\0" in data:
@@ -314,10 +345,11 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
 
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
-         isolated: bool = False, jobs: int | None = None) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+         isolated: bool = False, jobs: int | None = None,
+         force_exclude: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
     """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError."""
     result = LintResult()
-    planned = discover(paths, select, ignore, isolated)
+    planned = discover(paths, select, ignore, isolated, force_exclude)
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}
@@ -355,28 +387,105 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             f = cpprules.data_ptr_finding(s, i)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = {}
-    for fr in by_path.values():
-        creators.update(fr.creators)
+    facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
+    creators = {name for f in facts.values() for name in f.creators}
     if creators:
-        from gpudoctor.lint.model import DISPLAY_ONLY, Fix
-
-        for fr in by_path.values():
-            if "GPU011" not in tasks[fr.path].codes:
-                continue
-            for method, line, col, root, cast_line, recv in fr.after_cast:
-                if method not in creators:
+        # Files deferred by GPU011 matter now: those that call a creating method, and those that
+        # define the classes the creators build (and their bases), for the project's class table.
+        called = re.compile(rb"\.(?:%s)\(" % b"|".join(re.escape(n.encode()) for n in sorted(creators)))
+        needed = {foreign for f in facts.values() for made in f.creators.values() for _, foreign in made if foreign}
+        done: set[str] = set()
+        pending = [p for p, fr in by_path.items() if fr.deferred]
+        while pending:
+            defines = re.compile(rb"^[ \t]*class[ \t]+(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(needed)),
+                                 re.M) if needed else None
+            grew = False
+            for path in pending:
+                if path in done or not (_mentions(path, called) or (defines is not None and _mentions(path, defines))):
                     continue
-                where, def_line, attrs = creators[method]
-                shown = ", ".join(a.split(".", 1)[-1] for a in attrs[:4]) + (", ..." if len(attrs) > 4 else "")
-                f = Finding(path=fr.path, line=line, col=col, code="GPU011", kb_id=rules.BY_CODE["GPU011"].kb_id,
-                            message=(f"{recv}.{method}() creates float32 submodules ({shown}; {where}:{def_line}) and "
-                                     f"never converts them, but {root} was cast at line {cast_line}: their matmuls "
-                                     f"fail with 'mat1 and mat2 must have the same dtype'; convert them at the end of "
-                                     f"{method}() (self.to(dtype=..., device=...) of the existing weights) or call "
-                                     f"{root}.to(...) after it"),
-                            fix=Fix(DISPLAY_ONLY, f"convert the new modules at the end of {method}()"),
-                            end_line=line, end_col=col + len(method))
-                if not suppressed(f, fr.suppress):
-                    out.append(f)
+                done.add(path)
+                late_facts = _late_module_facts(path)
+                if late_facts is not None:
+                    facts[path] = by_path[path].facts = late_facts
+                    for bases, _, _, builds in late_facts.classes.values():
+                        new = (set(bases) | set(builds)) - needed
+                        grew = grew or bool(new)
+                        needed |= new
+            pending = [p for p in pending if p not in done] if grew else []
+    if facts:
+        from gpudoctor.lint import project
+
+        python = {path: t.codes for path, t in tasks.items() if t.kind == rules.PYTHON}
+        modules: dict[str, str] | None = None
+        if any(f.size_calls for f in facts.values()):
+            modules = {}
+            for path in sorted(python):
+                name = project.module_name(path)[0]
+                if name:
+                    modules.setdefault(name, path)
+        loaded: dict[str, Any] = {}
+
+        def load(path: str) -> Any:
+            if path not in loaded:
+                loaded[path] = _load_python(path)
+            return loaded[path]
+
+        late: dict[str, dict[int, frozenset[str] | None]] = {}
+
+        def is_suppressed(f: Finding) -> bool:
+            fr = by_path.get(f.path)
+            if fr is None:
+                return False
+            table = fr.suppress
+            src = loaded.get(f.path)
+            if not table and src is not None and "gpudoctor:" in src.text:  # parsed here, by the project pass
+                if f.path not in late:
+                    late[f.path] = _suppressions(src.text, rules.PYTHON)
+                table = late[f.path]
+            return suppressed(f, table)
+
+        found = {(f.path, f.line, f.col, f.code) for fr in by_path.values() for f in fr.findings}
+        for f in project.resolve(facts, python, is_suppressed, modules, load):
+            key = (f.path, f.line, f.col, f.code)
+            if key not in found:
+                found.add(key)
+                out.append(f)
     return out
+
+
+def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return pattern.search(fh.read(MAX_BYTES)) is not None
+    except OSError:
+        return False
+
+
+def _late_module_facts(path: str) -> Any:
+    """GPU011's facts of a file deferred in the first pass (see FileResult.deferred)."""
+    from gpudoctor.lint import pyrules
+
+    src = _load_python(path)
+    if src is None:
+        return None
+    facts = pyrules.Facts()
+    pyrules._module_after_cast(src, facts)
+    return facts
+
+
+def _load_python(path: str) -> Any:
+    """A linted Python file parsed in the parent, for the project pass; None if it cannot be."""
+    import ast
+
+    from gpudoctor.lint import project
+    from gpudoctor.lint.pysource import PySource
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES or b"\0" in data:
+            return None
+        text = _decode(data, rules.PYTHON)
+        return PySource(path, text, ast.parse(text, filename=path), *project.module_name(path))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
+        return None

@@ -100,6 +100,15 @@ class TV:
     scalar_of: ast.AST | None = None  # a 0-d element of a size tensor: the unpacked value node
     src: str | None = None  # the parameter this came from by transposes(1, 2) only
     t12: int = 0  # how many transpose(1, 2) since `src`
+    # The result of a call this file cannot see into (`attn.get_attention_scores(q, k)`, a helper
+    # of another module): its name, for the project pass to look up.
+    opaque: str | None = None
+    # a size tensor (or an element of one) that came from this parameter, seeded by the project
+    # pass (a caller in another module passes a tensor of sizes to it)
+    seed: str | None = None
+    # probabilities only if `cond[0]` returns `cond[1]` ("scores": the softmax of an opaque
+    # result; "probs": an opaque result used as probabilities)
+    cond: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,12 +152,26 @@ class ViewEvent:  # GPU003
 class AttentionEvent:  # GPU001
     scores: ast.AST
     product: ast.AST
+    # (callee, kind): attention only if the project's `callee` returns attention "scores" or
+    # "probs" (its result went through a softmax, or was used as probabilities, here)
+    cond: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
 class ShapeTensorEvent:  # GPU004, arithmetic on 0-d size tensors
     use: ast.AST
     unpacked: ast.AST  # the size-tensor expression that was unpacked
+    seed: str | None = None  # the seeded parameter it came from (project pass)
+
+
+@dataclass(frozen=True)
+class SizeCall:  # a tensor of sizes (rank 2) or a row of one (rank 1) passed to a call
+    call: ast.Call
+    slot: int | str  # positional index or keyword
+    rank: int
+    value: ast.expr
+    seed: str | None  # the seeded parameter it came from, or None for a tensor made here
+    fn: ast.AST | None  # the function making the call
 
 
 @dataclass(frozen=True)
@@ -173,6 +196,7 @@ _HEADS = {"heads", "num_heads", "n_heads", "nheads", "num_attention_heads", "n_h
 _HDIM = {"head_dim", "dim_head", "head_size", "d_head", "headdim", "d_k", "dk", "hd", "head_dims",
          "attention_head_size", "dim_per_head", "kv_channels", "hidden_size_per_head", "head_channels"}
 _ELEMENTWISE = {
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not",
     "float", "half", "bfloat16", "double", "to", "type", "type_as", "cuda", "cpu", "detach", "clone",
     "masked_fill", "masked_fill_", "mul", "mul_", "div", "div_", "add", "add_", "sub", "sub_", "clamp",
     "clamp_", "neg", "abs", "exp", "sigmoid", "tanh", "relu", "gelu", "silu", "requires_grad_",
@@ -181,7 +205,7 @@ _ELEMENTWISE = {
 _CREATE = {"zeros", "ones", "empty", "randn", "rand", "full", "zeros_like", "ones_like", "empty_like",
            "randn_like", "rand_like", "full_like", "arange", "randint"}
 _SIZE_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty", "new_full"}
-_FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q",),
+_FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q", "kv"), "flash_attn_qkvpacked_func": ("qkv",),
           "flash_attn_with_kvcache": ("q",)}
 _SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
 _INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
@@ -220,6 +244,27 @@ def _relabel(keys: list[float]) -> tuple[int, ...]:
 def _norm(d: int, rank: int) -> int | None:
     d = d + rank if d < 0 else d
     return d if 0 <= d < rank else None
+
+
+# Calls whose result is never an attention matrix of the project's making.
+_NOT_HELPERS = frozenset({"len", "range", "enumerate", "zip", "int", "float", "str", "list", "tuple", "dict", "set",
+                          "isinstance", "getattr", "hasattr", "print", "super", "min", "max", "sum", "abs", "any",
+                          "all", "sorted", "type", "item", "tolist", "size", "dim", "numel", "format", "join",
+                          "keys", "values", "items", "get", "append", "extend", "pop", "update", "split"})
+_LIBRARIES = ("torch.", "math.", "numpy.", "np.", "einops.", "xformers.", "flash_attn.", "os.", "sys.", "re.")
+
+# Position embeddings applied to q and k keep their shape and layout.
+_SHAPE_KEEPING = re.compile(r"rotary|rope|rotate|pos_emb|position_emb", re.I)
+
+# Helpers of libraries whose result is the softmax of a score matrix (diffusers' Attention and
+# CrossAttention: baddbmm(q, k^T) then softmax).
+PROBS_HELPERS = frozenset({"get_attention_scores"})
+
+
+def _blank(v: Any) -> bool:
+    """An opaque call result about which nothing else is known: arithmetic treats it as it
+    treats an unknown value."""
+    return isinstance(v, TV) and v.opaque is not None and v.rank is None and v.attn is None and v.cond is None
 
 
 def _as_tv(v: Any) -> TV:
@@ -308,10 +353,14 @@ class Interp:
         self.events: list[Any] = []
         self.kw_sizes: dict[str, TV] = {}  # keyword name -> size tensor passed under it
         self.param_seeds = param_seeds or {}
+        self.fn_seeds: dict[int, dict[str, TV]] = {}  # id(function node) -> its seeded parameters
+        self.calls: list[SizeCall] = []  # size tensors passed to calls of the project's code
+        self._fn: ast.AST | None = None
         # functions of this file that return a softmax of scores (get_attention_scores), and the
         # names to treat that way on a second run
         self.returns_probs: set[str] = set()
-        self.probs_funcs: set[str] = set()
+        self.returns_scores: set[str] = set()
+        self.probs_funcs: set[str] = set(PROBS_HELPERS)
         self._current = ""
         self._scalar_reported: set[int] = set()
         self._attn_reported: set[int] = set()
@@ -325,13 +374,16 @@ class Interp:
         for node in self.src.functions:
             if want is None or want(node):
                 self._current = node.name
+                self._fn = node
                 env: dict[str, Any] = {}
                 a = node.args
+                seeds = self.fn_seeds.get(id(node), {})
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-                    seed = self.param_seeds.get(arg.arg)
+                    seed = seeds.get(arg.arg) or self.param_seeds.get(arg.arg)
                     if seed is not None:
                         env[arg.arg] = seed
                 self.block(node.body, env)
+                self._fn = None
 
     # statements
 
@@ -355,8 +407,8 @@ class Interp:
         elif isinstance(s, (ast.Expr, ast.Return)):
             if s.value is not None:
                 v = self.ev(s.value, env)
-                if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn == "probs" and self._current:
-                    self.returns_probs.add(self._current)
+                if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn and not v.cond and self._current:
+                    (self.returns_probs if v.attn == "probs" else self.returns_scores).add(self._current)
         elif isinstance(s, ast.If):
             self.ev(s.test, env)
             a, b = dict(env), dict(env)
@@ -473,9 +525,9 @@ class Interp:
             return [None] * n
         if isinstance(v, TV):
             if v.sizes and v.rank == 1:
-                return [TV(rank=0, scalar_of=value_node)] * n
+                return [TV(rank=0, scalar_of=value_node, seed=v.seed)] * n
             if v.sizes and v.rank and v.rank > 1:
-                return [TV(rank=v.rank - 1, sizes=True)] * n
+                return [TV(rank=v.rank - 1, sizes=True, seed=v.seed)] * n
             if v.rank:
                 return [self._index_dim0(v)] * n
         return [None] * n
@@ -489,19 +541,19 @@ class Interp:
         elif isinstance(it, TupleV):
             elem = it.items[0] if it.homogeneous else None
         elif isinstance(it, TV) and it.rank:
-            elem = TV(rank=it.rank - 1, sizes=True) if it.sizes else self._index_dim0(it)
+            elem = TV(rank=it.rank - 1, sizes=True, seed=it.seed) if it.sizes else self._index_dim0(it)
             if it.sizes and it.rank == 1:
-                elem = TV(rank=0, scalar_of=iter_node)
+                elem = TV(rank=0, scalar_of=iter_node, seed=it.seed)
             elif it.sizes and it.rank == 2:
                 # rows of a size tensor: unpacking a row gives 0-d tensors
-                elem = TV(rank=1, sizes=True, scalar_of=iter_node)
+                elem = TV(rank=1, sizes=True, scalar_of=iter_node, seed=it.seed)
         self._bind_elem(target, elem, iter_node, env)
 
     def _bind_elem(self, target: ast.AST, elem: Any, iter_node: ast.AST, env: dict[str, Any]) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(elem, TV) and elem.sizes and elem.rank == 1:
                 for e in target.elts:
-                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node), None, env)
+                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node, seed=elem.seed), None, env)
             elif isinstance(elem, TupleV) and not elem.homogeneous and len(elem.items) == len(target.elts):
                 for e, item in zip(target.elts, elem.items):
                     self._bind_elem(e, item, iter_node, env)
@@ -627,6 +679,8 @@ class Interp:
             for e in sl.elts:
                 if not isinstance(e, ast.Slice):
                     self.ev(e, env)
+        if _blank(recv):
+            return None
         index = int_const(sl)
         if isinstance(recv, ShapeV):
             if index is not None and recv.dims is not None:
@@ -651,8 +705,8 @@ class Interp:
         if isinstance(recv, TV):
             if recv.sizes and recv.rank is not None and index is not None:
                 if recv.rank == 1:
-                    return TV(rank=0, scalar_of=node)
-                return TV(rank=recv.rank - 1, sizes=True)
+                    return TV(rank=0, scalar_of=node, seed=recv.seed)
+                return TV(rank=recv.rank - 1, sizes=True, seed=recv.seed)
             if index is not None and recv.rank:
                 return self._index_dim0(recv)
             return self._index(recv, sl)
@@ -673,12 +727,19 @@ class Interp:
                   roles=roles, attn=v.attn, attn_origin=v.attn_origin)
 
     def _index(self, v: TV, sl: ast.AST) -> TV:
-        """x[:, 0], x[..., None]: only full slices, ints and None are followed."""
+        """x[:, 0], x[..., None], x[:k]: slices and ints are followed (basic slicing keeps the
+        order of the dimensions in memory; sizes of sliced dimensions become unknown)."""
+        if v.rank is not None and isinstance(sl, ast.Slice):
+            sl = ast.Tuple(elts=[sl])
         if v.rank is None or not isinstance(sl, ast.Tuple):
             return TV(attn=v.attn, attn_origin=v.attn_origin)
         result, d = v, 0
         for e in sl.elts:
             if isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None:
+                d += 1
+            elif isinstance(e, ast.Slice) and (e.step is None or int_const(e.step) == 1) and d < (result.rank or 0):
+                dims = result.dims[:d] + (None,) + result.dims[d + 1:] if result.dims else None
+                result = replace(result, dims=dims, src=None, t12=0)
                 d += 1
             elif int_const(e) is not None:
                 result = self._drop_dim(result, d)
@@ -695,8 +756,8 @@ class Interp:
         for side in (left, right):
             if isinstance(side, TV) and side.scalar_of is not None and side.rank == 0:
                 self._scalar_use(node, side)
-                return TV(rank=0, scalar_of=side.scalar_of)
-        lt, rt = isinstance(left, TV), isinstance(right, TV)
+                return TV(rank=0, scalar_of=side.scalar_of, seed=side.seed)
+        lt, rt = isinstance(left, TV) and not _blank(left), isinstance(right, TV) and not _blank(right)
         if not lt and not rt:
             ls, rs = self._sym(left), self._sym(right)
             if ls is not None and rs is not None:
@@ -726,17 +787,20 @@ class Interp:
             return v
         if isinstance(v, Named):
             return Sym.named(v.key)
-        return None
+        return None  # a tensor, an opaque call result, nothing known
 
     def _scalar_use(self, node: ast.AST, v: TV) -> None:
         origin = v.scalar_of
         if origin is None or id(origin) in self._scalar_reported:
             return
         self._scalar_reported.add(id(origin))
-        self.events.append(ShapeTensorEvent(node, origin))
+        self.events.append(ShapeTensorEvent(node, origin, v.seed))
 
     def product(self, a: Any, b: Any, node: ast.AST, anode: ast.AST | None, bnode: ast.AST | None) -> TV:
         a, b = _as_tv(a), _as_tv(b)
+        if _blank(a) and a.attn_origin is not None and not self._weightish(bnode):
+            # probabilities @ values, if the helper returns probabilities
+            a = replace(a, attn="probs", cond=(a.opaque, "probs"))  # type: ignore[arg-type]
         probs = a if a.attn == "probs" else b if b.attn == "probs" else None
         if probs is not None and self._weightish(bnode if probs is a else anode):
             probs = None  # probabilities times a parameter: a classifier, not attention
@@ -751,8 +815,9 @@ class Interp:
         if probs is not None:
             origin = probs.attn_origin
             if origin is not None and id(origin) not in self._attn_reported:
-                self._attn_reported.add(id(origin))
-                self.events.append(AttentionEvent(origin, node))
+                if probs.cond is None:
+                    self._attn_reported.add(id(origin))
+                self.events.append(AttentionEvent(origin, node, probs.cond))
             return out
         if self._weightish(anode) or self._weightish(bnode):
             return out
@@ -795,13 +860,36 @@ class Interp:
                 if local:
                     self._note_keyword(k.arg, k.value, v)
         qual = self.src.qualname(func) if not is_method else None
+        if qual and isinstance(func, ast.Name):
+            name = qual.rsplit(".", 1)[-1]  # `from flash_attn import flash_attn_func as faf`: faf is flash_attn_func
         if name in self.probs_funcs:
             return TV(attn="probs", attn_origin=node)
 
+        if is_method or (isinstance(func, ast.Name) and not (qual or "").startswith(_LIBRARIES)):
+            self._note_size_args(node, args, kws)
         if is_method:
-            return self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
-                               recv, node, args, kws, env)
-        return self.function(qual or name, name, node, args, kws)
+            out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
+                              recv, node, args, kws, env)
+        else:
+            out = self.function(qual or name, name, node, args, kws)
+        if out is None and args and isinstance(args[0], TV) and args[0].rank and _SHAPE_KEEPING.search(name):
+            return replace(args[0], src=None, sizes=False)  # rotary(q), apply_rope(k): same layout, same roles
+        if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):
+            # a call this file cannot see into: the project pass may know what it returns
+            return TV(opaque=name, attn_origin=node)
+        return out
+
+    def _note_size_args(self, node: ast.Call, args: list[Any], kws: dict[str, Any]) -> None:
+        """Size tensors and rows of them handed to the project's code, for the project pass."""
+        for i, (n, v) in enumerate(zip(node.args, args)):
+            if isinstance(n, ast.Starred):
+                return
+            if isinstance(v, TV) and v.sizes and v.rank in (1, 2):
+                self.calls.append(SizeCall(node, i, v.rank, n, v.seed, self._fn))
+        for k in node.keywords:
+            v = kws.get(k.arg) if k.arg else None
+            if isinstance(v, TV) and v.sizes and v.rank in (1, 2):
+                self.calls.append(SizeCall(node, k.arg, v.rank, k.value, v.seed, self._fn))  # type: ignore[arg-type]
 
     def _note_keyword(self, key: str, value_node: ast.AST, v: Any) -> None:
         if not isinstance(v, TV) or not v.sizes:
@@ -878,7 +966,14 @@ class Interp:
         if q in ("torch.stack",) and args:
             elem = self._elem(args[0])
             if isinstance(elem, TV) and elem.rank is not None:
-                return TV(rank=elem.rank + 1, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank + 1)}))
+                d = int_const(node.args[1]) if len(node.args) > 1 else int_const(kwarg(node, "dim"))
+                d = 0 if d is None and len(node.args) < 2 and kwarg(node, "dim") is None else d
+                roles = None
+                if d is not None and elem.roles and -elem.rank - 1 <= d <= elem.rank:
+                    d = d + elem.rank + 1 if d < 0 else d
+                    roles = elem.roles[:d] + (None,) + elem.roles[d:]  # the stacked tensors keep their roles
+                return TV(rank=elem.rank + 1, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank + 1)}),
+                          roles=roles)
             return TV()
         if q == "torch.cat" and args:
             elem = self._elem(args[0])
@@ -915,7 +1010,9 @@ class Interp:
                 return v.items[0]
             ranks = {i.rank for i in v.items if isinstance(i, TV)}
             if len(ranks) == 1 and all(isinstance(i, TV) for i in v.items):
-                return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items))
+                roles = {i.roles for i in v.items}
+                return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items),
+                          roles=roles.pop() if len(roles) == 1 else None)
         if isinstance(v, TV) and v.rank:
             return TV(rank=v.rank - 1, sizes=v.sizes)
         return None
@@ -977,7 +1074,9 @@ class Interp:
             dims = self._int_list(node.args)
             return self.permute(tv, dims, node) if dims else TV()
         if name == "t" and not node.args:
-            return self.transpose(tv, 0, 1, node) if tv.rank in (None, 2) else tv
+            if tv.rank is None:  # .t() is for 2-D tensors (on 1-D it does nothing, and nobody writes it)
+                tv = replace(tv, rank=2, dims=None, layouts=None)
+            return self.transpose(tv, 0, 1, node) if tv.rank == 2 else tv
         if name in ("contiguous",):
             r = tv.rank
             return replace(tv, layouts=frozenset({_identity(r)}) if r is not None else None, origin=None,
@@ -1188,6 +1287,11 @@ class Interp:
             unknown = True
         else:
             unknown = True
+        if tv.rank is None and tv.src and tv.t12 % 2 == 1 and tgt is not None and len(tgt) == 2 and tgt[1] is WILD \
+                and tgt[0] == Sym.named(f"{tv.src}.shape[0]"):
+            # y.transpose(1, 2).view(y.size(0), -1): whatever y's rank (at least 3 for dims 1 and 2),
+            # the -1 merges dims 1 and 2, which the transpose left out of order in memory
+            illegal = True
         if illegal and view and tv.origin is not None:
             self.events.append(ViewEvent(node, tv.origin, tv.origin_kind))
         if unknown and not illegal:
@@ -1271,7 +1375,11 @@ class Interp:
     def softmax(self, v: Any) -> TV:
         tv = _as_tv(v)
         if tv.attn == "scores":
-            return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles, attn="probs", attn_origin=tv.attn_origin)
+            return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles, attn="probs", attn_origin=tv.attn_origin,
+                      cond=tv.cond)
+        if _blank(tv) and tv.attn_origin is not None:
+            # the softmax of a helper's result: probabilities if the helper returns scores
+            return TV(attn="probs", attn_origin=tv.attn_origin, cond=(tv.opaque, "scores"))  # type: ignore[arg-type]
         return TV(rank=tv.rank, dims=tv.dims, roles=tv.roles)
 
     def sdpa(self, q: TV, v: TV, node: ast.Call) -> TV:
@@ -1346,11 +1454,30 @@ class Interp:
             n = node.args[i] if i < len(node.args) else kwarg(node, p)
             vals.append((p, n, args[i] if i < len(args) else kws.get(p)))
         for p, n, v in vals:
-            if isinstance(v, TV) and v.rank == 4 and v.roles and v.roles[1] == "heads" and n is not None:
-                self.events.append(FlashLayoutEvent(
-                    node, n, f"{p} is laid out (batch, heads, seqlen, head_dim) (the SDPA layout); "
-                             f"{name} wants (batch, seqlen, heads, head_dim)"))
+            packed = p in ("qkv", "kv")
+            if isinstance(v, TV) and v.rank == (5 if packed else 4) and v.roles and v.roles[1] == "heads" and \
+                    n is not None:
+                what = ("(batch, heads, 3, seqlen, head_dim)" if p == "qkv" else "(batch, heads, 2, seqlen, head_dim)") \
+                    if packed else "(batch, heads, seqlen, head_dim) (the SDPA layout)"
+                wants = "(batch, seqlen, 3, heads, head_dim): stack (b, s, h, d) tensors on dim 2" if p == "qkv" else \
+                    "(batch, seqlen, 2, heads, head_dim)" if p == "kv" else "(batch, seqlen, heads, head_dim)"
+                self.events.append(FlashLayoutEvent(node, n, f"{p} is laid out {what}; {name} wants {wants}"))
                 return
+        if name == "flash_attn_func" and len(vals) == 3:
+            tvs = [v if isinstance(v, TV) else None for _, _, v in vals]
+            dims = [t.dims if t is not None and t.rank == 4 and t.dims and all(t.dims) else None for t in tvs]
+            if all(dims) and len(set(dims)) == 2:
+                # q, k, v built with the same sizes, one of them transposed on the way
+                for i, d in enumerate(dims):
+                    others = {x for j, x in enumerate(dims) if j != i}
+                    if len(others) == 1 and d == (lambda o: (o[0], o[2], o[1], o[3]))(next(iter(others))) and \
+                            tvs[i].t12 % 2 == 1:  # type: ignore[union-attr]
+                        p, n, _ = vals[i]
+                        kept = [q for j, (q, _, _) in enumerate(vals) if j != i]
+                        self.events.append(FlashLayoutEvent(
+                            node, n, f"only {p} went through transpose(1, 2), not {', '.join(kept)}: {name} wants "
+                                     f"all of q, k, v in (batch, seqlen, heads, head_dim)"))
+                        return
         if name == "flash_attn_func" and len(vals) == 3 and all(isinstance(n, ast.Name) for _, n, _ in vals):
             tvs = [_as_tv(v) for _, _, v in vals]
             if all(t.src for t in tvs) and len({t.t12 % 2 for t in tvs}) > 1:

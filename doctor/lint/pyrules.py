@@ -33,10 +33,27 @@ _SDP_POSITIONAL = ("enable_flash", "enable_math", "enable_mem_efficient", "enabl
 
 @dataclass
 class Facts:
-    """What a file contributes to cross-file rules (picklable)."""
+    """What a file contributes to the project pass (gpudoctor.lint.project; picklable)."""
 
-    creators: dict[str, tuple[str, int, tuple[str, ...]]] = field(default_factory=dict)
+    # GPU011: method name -> what it creates and never converts: (finding at the assignment, the
+    # class it builds when only the project knows whether that class has weights, or None)
+    creators: dict[str, list[tuple[Finding, str | None]]] = field(default_factory=dict)
+    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver)
     after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    # GPU001: the functions and methods (by name) that return attention probabilities or raw
+    # scores, and findings that hold only if a helper this file calls returns them:
+    # (helper name, "probs" | "scores", the finding)
+    # GPU011: the classes of the file, by name: (base names, creates weights in its own text,
+    # casts its inputs, capitalised names it calls), for a class built in another module
+    classes: dict[str, tuple[tuple[str, ...], bool, bool, tuple[str, ...]]] = field(default_factory=dict)
+    # GPU004: tensors of sizes handed to the project's code: (callee, slot, rank, the value as
+    # written, line, key), and the caller-side findings to report where the callee cannot be
+    # followed (key -> finding)
+    size_calls: list[tuple[tuple[str, ...], int | str, int, str, int, int]] = field(default_factory=list)
+    size_fallbacks: dict[int, Finding] = field(default_factory=dict)
+    returns_probs: set[str] = field(default_factory=set)
+    returns_scores: set[str] = field(default_factory=set)
+    cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
 
 
 def _finding(src: PySource, node: ast.AST, code: str, message: str, fix: Fix,
@@ -57,7 +74,7 @@ def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
 def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     if codes & {"GPU001", "GPU003", "GPU004", "GPU008"}:
-        out += _flow_rules(src, codes)
+        out += _flow_rules(src, codes, facts)
     if "GPU002" in codes:
         out += _sdp_kernel(src)
     if "GPU005" in codes:
@@ -76,35 +93,54 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
 
 # Per function: the text a function must contain for the dataflow to look at it for a rule.
 _TRIGGERS = {
-    "GPU001": (("softmax",), re.compile(rules.ATTENTION_PRODUCT.decode())),
+    # softmax in the function, or a helper's probabilities multiplied here (named so)
+    "GPU001": (("softmax", "get_attention_scores", "probs", "scores", "attn"), re.compile(rules.ATTENTION_PRODUCT.decode())),
     "GPU003": ((".view(",), re.compile(rules.NONCONTIGUOUS.decode())),
     "GPU004": (("tensor(", "stack(", "Tensor(", "_sizes", "shape", "size"), None),
     "GPU008": (("flash_attn",), None),
 }
 
 
-def _wanted(text: str, codes: set[str]) -> bool:
+def _words(names: set[str]) -> re.Pattern[str]:
+    """Lines worth walking for any of these names (a substring test: the walk decides)."""
+    return re.compile("|".join(map(re.escape, sorted(names))))
+
+
+def _triggers(src: PySource, codes: set[str]) -> list[tuple[tuple[str, ...], re.Pattern[str] | None, tuple[str, ...]]]:
+    """Per rule: its trigger words, its pattern, and the names this file binds to something the
+    words or the pattern name (`from flash_attn import flash_attn_func as faf`: `faf` is as good
+    as `flash_attn`), which stand in for either."""
+    out = []
     for c in codes:
         trigger = _TRIGGERS.get(c)
-        if trigger and any(w in text for w in trigger[0]) and (trigger[1] is None or trigger[1].search(text)):
+        if trigger is None:
+            continue
+        words, pattern = trigger
+        aliases = tuple(n for n, q in src.imports.items()
+                        if n not in q.split(".") and (any(w.rstrip("(") in q for w in words) or
+                                                      (pattern is not None and pattern.search(q + "("))))
+        out.append((words, pattern, aliases))
+    return out
+
+
+def _wanted(text: str, triggers) -> bool:
+    for words, pattern, aliases in triggers:
+        alias = any(a in text for a in aliases)
+        if (alias or any(w in text for w in words)) and (pattern is None or alias or pattern.search(text)):
             return True
     return False
 
 
-def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
+def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> list[Finding]:
+    triggers = _triggers(src, codes)
+
     def want(fn: ast.AST) -> bool:
-        return _wanted(src.scope_text(fn), codes)
+        return _wanted(src.scope_text(fn), triggers)
 
     interp = Interp(src)
     interp.run(want)
-    if "GPU001" in codes and interp.returns_probs:
-        # get_attention_scores(q, k) returns softmax(q k^T): its callers multiply with v
-        names = set(interp.returns_probs)
-        pattern = re.compile(r"\b(%s)\(" % "|".join(map(re.escape, sorted(names))))
-        again = Interp(src)
-        again.probs_funcs = names
-        again.run(lambda fn: bool(pattern.search(src.scope_text(fn))) and fn.name not in names)
-        interp.events += again.events
+    facts = facts if facts is not None else Facts()
+    facts.returns_probs, facts.returns_scores = set(interp.returns_probs), set(interp.returns_scores)
     params = _param_names(src)
     if "GPU004" in codes and interp.kw_sizes:
         # Size tensors passed by keyword: functions of this file with a parameter of that name
@@ -117,16 +153,38 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
             interp.events = events + [e for e in interp.events if e not in events]
     out: list[Finding] = []
     seen: set[tuple[int, int, str]] = set()
-    for ev in interp.events:
+    deferred: dict[int, Finding] = {}  # id(value node) -> a caller-side finding the project pass decides on
+    if "GPU004" in codes and interp.calls:
+        classes = _class_of(src)
+        targets = {}
+        for c in interp.calls:
+            if c.seed is None and id(c.value) not in targets:
+                target = call_target(src, c.call, c.fn, classes)
+                targets[id(c.value)] = target
+                if target is not None:
+                    facts.size_calls.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno,
+                                             id(c.value)))
+        deferred = {k: None for k, t in targets.items() if t is not None}  # type: ignore[misc]
+    for ev in _one_per_group(interp.events):
         f = None
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
         elif isinstance(ev, AttentionEvent) and "GPU001" in codes:
-            f = None if _beside_sdpa(src, ev.scores) else _attention_finding(src, ev)
+            f = None if _beside_sdpa(src, ev.scores) or _chunked(src, ev.scores) else _attention_finding(src, ev)
+            if f is not None and ev.cond is not None:
+                # get_attention_scores(q, k) returns softmax(q k^T) only if the helper does so:
+                # this file's own helpers decide here, the project's in the project pass
+                helper, kind = ev.cond
+                if helper not in (interp.returns_probs if kind == "probs" else interp.returns_scores):
+                    facts.cond_attention.append((helper, kind, f))
+                    f = None
         elif isinstance(ev, ShapeTensorEvent) and "GPU004" in codes:
             f = _shape_tensor_finding(src, ev)
         elif isinstance(ev, ShapeArgEvent) and "GPU004" in codes and ev.keyword not in params:
             f = _shape_arg_finding(src, ev)
+            if id(ev.value) in deferred:
+                facts.size_fallbacks[id(ev.value)] = f  # only if the callee cannot be followed
+                f = None
         elif isinstance(ev, FlashLayoutEvent) and "GPU008" in codes:
             f = _finding(src, ev.arg, "GPU008", ev.detail,
                          Fix(DISPLAY_ONLY, "pass (batch, seqlen, heads, head_dim) tensors: drop or undo the transpose(1, 2)"))
@@ -136,6 +194,107 @@ def _flow_rules(src: PySource, codes: set[str]) -> list[Finding]:
                 seen.add(key)
                 out.append(f)
     return out
+
+
+def _one_per_group(events: list) -> list:
+    """One GPU004 finding per group of bindings: `t = sizes[0]; h = sizes[1]; w = sizes[2]` on
+    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change."""
+    out, last = [], {}
+    for ev in events:
+        if isinstance(ev, ShapeTensorEvent) and isinstance(ev.unpacked, ast.Subscript):
+            base = dotted(ev.unpacked.value)
+            line = ev.unpacked.lineno
+            if base is not None:
+                prev = last.get(base)
+                last[base] = line
+                if prev is not None and 0 <= line - prev <= 1:
+                    continue
+        out.append(ev)
+    return out
+
+
+# --- GPU004 across functions and modules (the project pass calls these) ---------------------------
+
+
+def _class_of(src: PySource) -> dict[int, ast.ClassDef]:
+    """id(method node) -> its class."""
+    return {id(m): cls for cls in src.classes for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def call_target(src: PySource, call: ast.Call, fn: ast.AST | None, classes: dict[int, ast.ClassDef]) -> tuple[str, ...] | None:
+    """What a call refers to, in absolute names the project pass can look up: ("func", name),
+    ("method", class, name) for self.name(...), ("attr", class, name) for self.name(...) where
+    name is a submodule, ("super", class, name); None when this file cannot tell."""
+    func = call.func
+    cls = classes.get(id(fn)) if fn is not None else None
+    cls_name = f"{src.module}.{cls.name}" if cls is not None and src.module else None
+    if isinstance(func, ast.Name):
+        q = src.qualify(func.id)
+        return ("func", q) if q else None
+    if not isinstance(func, ast.Attribute):
+        return None
+    base = func.value
+    if isinstance(base, ast.Name) and base.id == "self" and cls_name:
+        own = any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == func.attr for m in cls.body)  # type: ignore[union-attr]
+        return ("method" if own else "attr", cls_name, func.attr)
+    if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super" and cls_name:
+        return ("super", cls_name, func.attr)
+    if isinstance(base, ast.Name):
+        q = src.qualify(base.id)
+        if q and not q.rsplit(".", 1)[-1][:1].isupper():
+            return ("func", f"{q}.{func.attr}")  # module.function
+    return None
+
+
+def class_info(src: PySource, name: str) -> tuple[tuple[str, ...], dict[str, ast.AST], dict[str, str]] | None:
+    """A top-level class of this file: its bases (absolute names), its methods, and the classes
+    its __init__ assigns to attributes (self.attn = Attention(...))."""
+    cls = next((c for c in src.tree.body if isinstance(c, ast.ClassDef) and c.name == name), None)
+    if cls is None:
+        return None
+    bases = []
+    for b in cls.bases:
+        root = dotted(b) or ""
+        head, _, rest = root.partition(".")
+        q = src.qualify(head) if head else None
+        if q:
+            bases.append(f"{q}.{rest}" if rest else q)
+    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    ctors: dict[str, str] = {}
+    init = methods.get("__init__")
+    if init is not None:
+        for st in src.scope_statements(init):
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Call) and \
+                    isinstance(st.value.func, ast.Name):
+                key = dotted(st.targets[0]) or ""
+                q = src.qualify(st.value.func.id)
+                if key.startswith("self.") and key.count(".") == 1 and q:
+                    ctors[key[5:]] = q
+    return tuple(bases), methods, ctors
+
+
+def function_node(src: PySource, name: str) -> ast.AST | None:
+    return next((f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name),
+                None)
+
+
+def whatif(src: PySource, fn: ast.AST, param: str, rank: int, origin: str):
+    """Interpret one function as if `param` were a tensor of sizes (rank 2) or a row of one (rank
+    1), handed over by a caller described by `origin`: the GPU004 findings that follows (at each
+    binding) and the calls that hand it on: [(target, slot, rank, value text, line)]."""
+    interp = Interp(src)
+    interp.fn_seeds[id(fn)] = {param: TV(rank=rank, sizes=True, seed=param)}
+    interp.run(lambda f: f is fn)
+    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events)
+                if isinstance(ev, ShapeTensorEvent) and ev.seed == param]
+    classes = _class_of(src)
+    onward = []
+    for c in interp.calls:
+        if c.seed == param and c.fn is fn:
+            target = call_target(src, c.call, fn, classes)
+            if target is not None:
+                onward.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno))
+    return findings, onward
 
 
 def _fn_params(fn: ast.AST) -> set[str]:
@@ -192,6 +351,41 @@ def _beside_sdpa(src: PySource, node: ast.AST) -> bool:
     return False
 
 
+def _chunked(src: PySource, node: ast.AST) -> bool:
+    """Scores of a slice of the queries taken in a loop (`for i in range(0, n, step): s =
+    q[:, i:i + step] @ k.T`): sliced attention, whose memory the step bounds (the remedy the
+    knowledge base itself gives when SDPA is not available), not the full matrix."""
+    if isinstance(node, ast.Call):
+        operands = list(node.args)
+    elif isinstance(node, ast.BinOp):
+        operands = [node.left, node.right]
+    else:
+        return False
+    bounds = set()
+    for op in operands:
+        while isinstance(op, ast.Call) and isinstance(op.func, ast.Attribute):  # q[:, i:j].float()
+            op = op.func.value
+        if isinstance(op, ast.Subscript):
+            parts = op.slice.elts if isinstance(op.slice, ast.Tuple) else [op.slice]
+            for p in parts:
+                if isinstance(p, ast.Slice):
+                    bounds |= {n.id for b in (p.lower, p.upper) if b is not None for n in walk([b])
+                               if isinstance(n, ast.Name)}
+    if not bounds:
+        return False
+    line = node.lineno  # type: ignore[attr-defined]
+    for st, _ in src.stmts:
+        if isinstance(st, (ast.For, ast.AsyncFor, ast.While)) and st.lineno < line <= st.end_lineno:  # type: ignore[operator]
+            bound_here = {n.id for n in walk([st.target]) if isinstance(n, ast.Name)} if not isinstance(st, ast.While) else set()
+            for inner in walk(st.body):
+                if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                    bound_here |= {n.id for t in targets for n in walk([t]) if isinstance(n, ast.Name)}
+            if bounds & bound_here:
+                return True
+    return False
+
+
 def _attention_finding(src: PySource, ev: AttentionEvent) -> Finding:
     node = ev.scores
     what = f"{call_name(node)}()" if isinstance(node, ast.Call) else "this @ product"
@@ -210,14 +404,23 @@ def _tolist_fix(src: PySource, node: ast.AST, description: str) -> Fix:
     return Fix(DISPLAY_ONLY, description)
 
 
-def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent) -> Finding:
+def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | None = None) -> Finding:
+    """At the binding (the place to change: `.tolist()` goes there), naming the first use; with
+    `origin`, the caller in another function or module that passes the tensor."""
     tensor = _short(src, ev.unpacked, 40)
-    message = (f"shape values unpacked from the tensor `{tensor}` (line {ev.unpacked.lineno}) are 0-d tensors: "  # type: ignore[attr-defined]
-               f"arithmetic on them runs tensor ops (on CUDA a kernel each, and int() synchronises, which is "
-               f"where an earlier asynchronous error such as 'misaligned address' gets reported); convert "
-               f"them to Python ints first with .tolist()")
-    return _finding(src, ev.use, "GPU004", message,
-                    _tolist_fix(src, ev.unpacked, f"unpack `{tensor}.tolist()` (Python ints) instead of tensor elements"))
+    use = _short(src, ev.use, 40)
+    where = f" (line {ev.use.lineno})" if ev.use.lineno != ev.unpacked.lineno else ""  # type: ignore[attr-defined]
+    if origin is None:
+        message = (f"shape values taken from the tensor `{tensor}` are 0-d tensors: `{use}`{where} runs tensor ops "
+                   f"(on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
+                   f"such as 'misaligned address' gets reported); convert them to Python ints first with .tolist()")
+        return _finding(src, ev.unpacked, "GPU004", message,
+                        _tolist_fix(src, ev.unpacked, f"unpack `{tensor}.tolist()` (Python ints) instead of tensor elements"))
+    message = (f"`{tensor}` is {origin}: the values taken from it here are 0-d tensors, so `{use}`{where} runs tensor "
+               f"ops (on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
+               f"such as 'misaligned address' gets reported); pass Python ints there (.tolist()) or convert here")
+    return _finding(src, ev.unpacked, "GPU004", message,
+                    Fix(DISPLAY_ONLY, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
 
 
 def _shape_arg_finding(src: PySource, ev: ShapeArgEvent) -> Finding:
@@ -238,7 +441,7 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
     call_funcs: set[int] = set()
     calls: list[ast.Call] = []
     refs: list[ast.AST] = []
-    for node, _ in src.nodes_on_lines(src.lines_matching("sdp_kernel"), (ast.Call, ast.Attribute, ast.Name)):
+    for node, _ in src.nodes_on_lines(src.lines_matching(_words(src.spellings(_SDP))), (ast.Call, ast.Attribute, ast.Name)):
         if isinstance(node, ast.Call) and src.qualname(node.func) == _SDP:
             calls.append(node)
             call_funcs.add(id(node.func))
@@ -359,9 +562,17 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
             if q.startswith("torch.nn.") and _STD_WEIGHTED.match(q.rsplit(".", 1)[-1]):
                 known |= {"self.weight", "self.bias"}
         if known:
-            for node in stmts:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                    f = _reassign(src, node, known)
+            for m in cls.body:
+                if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in src.scope_statements(m):
+                    f = None
+                    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                        f = _reassign(src, node, known)
+                        if f is None and m.name != "__init__":
+                            f = _computed(src, node, known)
+                    elif isinstance(node, ast.Expr):
+                        f = _thrown_away(src, node, known)
                     if f:
                         out.append(f)
     # module level and plain functions: `m.p = nn.Parameter(...)` then `m.p = m.p.to(...)`
@@ -376,6 +587,10 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                     f = _reassign(src, node, known)
                     if f:
                         out.append(f)
+            elif known and isinstance(node, ast.Expr):
+                f = _thrown_away(src, node, known)
+                if f:
+                    out.append(f)
     # `x.p = nn.Parameter(t).to(...)`
     for node in assigns:
         if isinstance(node.targets[0], ast.Attribute):
@@ -384,6 +599,61 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
                 out.append(_parameter_then_cast(src, node, cast))
     unique = {(f.line, f.col): f for f in out}
     return list(unique.values())
+
+
+_THROWN = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type"}
+
+
+def _thrown_away(src: PySource, node: ast.Expr, known: set[str]) -> Finding | None:
+    """`self.p.half()` as a statement: a parameter's conversion returns a new tensor, which is
+    dropped; the parameter keeps its dtype (a module's .half() converts in place, this does not)."""
+    c = node.value
+    if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _THROWN):
+        return None
+    if c.func.attr in ("to", "type") and not c.args and not c.keywords:
+        return None
+    key = dotted(c.func.value)
+    if key not in known:
+        return None
+    method = c.func.attr
+    spelt = src.segment(c.func.value)
+    start, _ = src.span(c)
+    _, recv_end = src.span(c.func.value)
+    fix = Fix(UNSAFE, f"convert in place: {spelt}.data = {spelt}.data.{method}(...)",
+              (Edit(start, start, f"{spelt}.data = "), Edit(recv_end, recv_end, ".data")))
+    message = (f"{key}.{method}(...) returns a converted copy of the nn.Parameter and drops it: unlike a module's "
+               f".{method}(), a parameter's conversion is not in place, so {key} keeps its old dtype/device (a "
+               f"float32 parameter next to a half-precision model: 'expected scalar type' / 'mat1 and mat2 must "
+               f"have the same dtype'); convert in place: {spelt}.data = {spelt}.data.{method}(...)")
+    return _finding(src, node, "GPU005", message, fix)
+
+
+def _computed(src: PySource, node: ast.Assign, known: set[str]) -> Finding | None:
+    """`self.p = F.softmax(self.p, dim=0)`: a tensor computed from the parameter, assigned back to
+    its name, which nn.Module refuses (TypeError) once it is a registered parameter."""
+    key = dotted(node.targets[0])
+    value = node.value
+    if key not in known or _is_parameter_call(src, value):
+        return None
+    if not any(isinstance(n, (ast.Attribute, ast.Name)) and dotted(n) == key for n in walk([value])):
+        return None
+    if isinstance(value, ast.Call):
+        q = src.qualname(value.func) or ""
+        if isinstance(value.func, ast.Attribute) and (dotted(value.func.value) or "").split(".")[0] == "self" \
+                and dotted(value.func.value) != key:
+            return None  # self.helper(self.p): it may return a Parameter
+        if not (q.startswith("torch.") or (isinstance(value.func, ast.Attribute) and dotted(value.func.value) == key)):
+            return None
+    elif not isinstance(value, ast.BinOp):
+        return None
+    shown = _short(src, value, 50)
+    local = key.rsplit(".", 1)[-1]
+    message = (f"{key} is an nn.Parameter, and `{shown}` is a plain Tensor computed from it: assigning it to the "
+               f"parameter's name raises TypeError: cannot assign ... as parameter (torch.nn.Parameter or None "
+               f"expected) (and would replace the learned values with a computed copy on every call); keep it in "
+               f"a local name: {local} = {shown}")
+    return _finding(src, node, "GPU005", message,
+                    Fix(DISPLAY_ONLY, f"assign the computed tensor to a local name ({local} = ...) and use that"))
 
 
 def _reassign(src: PySource, node: ast.Assign, known: set[str]) -> Finding | None:
@@ -450,6 +720,24 @@ def _arch_flags(src: PySource) -> list[Finding]:
     hint_lines = src.lines_matching(archflags.FLAG_HINT)
     lists = [(n, sc) for n, sc in src.nodes_on_lines(hint_lines, (ast.List, ast.Tuple))
              if any(archflags.FLAG_HINT.search(x) for x in map(_str_const, n.elts) if x)]  # type: ignore[attr-defined]
+    # `cc_flag = []` filled by `cc_flag.append("-gencode")`, `cc_flag.append("arch=...")` (mmcv, mamba)
+    appended: dict[tuple[str, int], int] = {}
+    for node, sc in src.nodes_on_lines(hint_lines, (ast.Call,)):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "insert") and \
+                any(archflags.FLAG_HINT.search(x) for a in node.args for x in
+                    ([_str_const(a)] + [_str_const(e) for e in getattr(a, "elts", [])]) if x):
+            name = dotted(node.func.value)
+            if name:
+                appended.setdefault((name, id(sc)), node.lineno)
+    if appended:
+        have = {id(n) for n, _ in lists}
+        for st, sc in src.stmts:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, (ast.List, ast.Tuple)) and \
+                    id(st.value) not in have:
+                line = appended.get((dotted(st.targets[0]) or "", id(sc)))
+                if line is not None and st.lineno < line:
+                    lists.append((st.value, sc))
+                    have.add(id(st.value))
     if lists:
         roots = [st for st, _ in src.stmts if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                  and any(st.lineno <= n.lineno <= st.end_lineno for n, _ in lists)]  # type: ignore[operator]
@@ -622,9 +910,12 @@ def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST
 
 def _xformers(src: PySource) -> list[Finding]:
     out: list[Finding] = []
-    for node, _ in src.nodes_on_lines(src.lines_matching("memory_efficient_attention"), (ast.Call,)):
+    spelt = src.spellings("xformers.ops.memory_efficient_attention") | {"memory_efficient_attention"}
+    for node, _ in src.nodes_on_lines(src.lines_matching(_words(spelt)), (ast.Call,)):
         assert isinstance(node, ast.Call)
         name = call_name(node)
+        if isinstance(node.func, ast.Name):
+            name = (src.qualname(node.func) or name).rsplit(".", 1)[-1]
         if name == "enable_xformers_memory_efficient_attention" and isinstance(node.func, ast.Attribute):
             out.append(_finding(src, node, "GPU007", (
                 "enable_xformers_memory_efficient_attention(): xformers 0.0.30-0.0.32 run a Hopper-only "
@@ -678,7 +969,8 @@ _WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[1
                        r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
                        r"RNN|PReLU|Transformer\w*)$")
 _WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
-                           r"BatchNorm\w*|MultiheadAttention|LSTM|GRU|Parameter)\(|\bParameter\(")
+                           r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU|Parameter)\("
+                           r"|\bParameter\(")
 _CASTS_INPUTS = re.compile(r"\.to\([^)\n]*dtype|\.type_as\(|autocast\(")
 
 
@@ -695,7 +987,10 @@ def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
     if "dtype" in src.segment(node):
         return False
     if last == "Parameter":
+        # nn.Parameter(torch.randn(1, dim) * 0.02): data made here, in float32
         data = node.args[0] if node.args else kwarg(node, "data")
+        while isinstance(data, ast.BinOp):
+            data = data.left if isinstance(data.left, (ast.Call, ast.BinOp)) else data.right
         if not isinstance(data, ast.Call):
             return False
         dq = src.qualname(data.func) or ""
@@ -781,8 +1076,10 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                     isinstance(value.func, ast.Attribute):
                 c = value
                 recv_name = dotted(c.func.value) or ""
-                root = recv_name.split(".")[0] if recv_name else ""
-                if root and root in cast_at and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
+                # the longest cast prefix: self.pipe.dit.enable_x() after self.pipe was loaded cast
+                parts = recv_name.split(".") if recv_name else []
+                root = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in cast_at), "")
+                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
                     col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
                     facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
             # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
@@ -798,7 +1095,10 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
                 f"are float32, so their matmuls with the cast model's activations fail with 'mat1 and mat2 must "
                 f"have the same dtype'; create it with dtype= or convert it (.to(dtype=..., device=...))"),
                 Fix(DISPLAY_ONLY, f"convert it: {key} = {key}.to(dtype=..., device=...) (those of {owner})")))
-    # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules
+    # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules, and
+    # every class of the file (for creators in other modules)
+    for cls in src.classes:
+        facts.classes[cls.name] = _class_summary(src, cls)
     for cls in src.classes:
         if cls.name not in local:
             continue
@@ -807,16 +1107,119 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
         for name, m in methods.items():
             if name in from_init or name.startswith(_BUILDER):
                 continue
-            created = []
-            for s in src.scope_statements(m):
-                if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-                        (dotted(s.targets[0]) or "").startswith("self.") and _creates_module(src, s.value, local):
-                    later = "".join(src.lines[s.end_lineno:m.end_lineno])  # type: ignore[misc]
-                    if not _CONVERT_TEXT.search(later):
-                        created.append(dotted(s.targets[0]) or "")
+            created = _created_in(src, m, local)
             if created:
-                facts.creators[name] = (src.path, m.lineno, tuple(created))
+                facts.creators[name] = created
     return out
+
+
+_FOREIGN = re.compile(r"[A-Z]\w*$")
+
+
+def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], bool, bool, tuple[str, ...]]:
+    text = src.scope_text(cls)
+    bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
+    builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
+    return bases, bool(_WEIGHTS_TEXT.search(text)), bool(_CASTS_INPUTS.search(text)), builds
+
+
+def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:
+    """(it creates float32 weights for sure, or the class name only the project can judge) for
+    the value of `self.x = ...`; None when it creates nothing new in float32."""
+    if _creates_module(src, node, local):
+        return True, None
+    if not isinstance(node, ast.Call) or any(k.arg == "dtype" or k.arg is None for k in node.keywords) or \
+            "dtype" in src.segment(node):
+        return None
+    q = src.qualname(node.func) or ""
+    last = q.rsplit(".", 1)[-1]
+    if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
+        for n in walk([node]):
+            if n is not node and isinstance(n, ast.Call):
+                inner = _creation(src, n, local)
+                if inner is not None:
+                    return inner
+        return None
+    if isinstance(node.func, ast.Name) and _FOREIGN.match(node.func.id) and node.func.id not in local and \
+            not q.startswith("torch."):
+        return False, node.func.id  # a class of another module: the project pass decides
+    return None
+
+
+_CONVERTS = {"to", "half", "bfloat16", "float", "double", "type", "cuda"}
+
+
+def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | None]]:
+    """What method `m` assigns to self that creates float32 weights and never converts later in
+    the method: module.to() / .half() converts a module in place, a Parameter's does not (its
+    result is thrown away: GPU005); self.to(...) converts everything."""
+    stmts = src.scope_statements(m)
+    out = []
+    for i, s in enumerate(stmts):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and (dotted(s.targets[0]) or "").startswith("self.")):
+            continue
+        made = _creation(src, s.value, local)
+        if made is None:
+            continue
+        key = dotted(s.targets[0]) or ""
+        is_param = isinstance(s.value, ast.Call) and (src.qualname(s.value.func) or "").endswith("Parameter")
+        if _converted_later(stmts[i + 1:], key, is_param):
+            continue
+        sure, foreign = made
+        what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
+        f = _finding(src, s, "GPU011", (
+            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: float32 "  # type: ignore[attr-defined]
+            f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
+            f"create it with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
+            Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
+                if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
+        out.append((f, foreign))
+    return out
+
+
+def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
+    for s in stmts:
+        for node in walk([s]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERTS:
+                recv = dotted(node.func.value) or ""
+                if recv == "self":
+                    return True  # self.to(...): every submodule and parameter
+                if recv == key and not is_param:
+                    return True  # a module converts in place
+            if isinstance(node, ast.Assign) and any(dotted(t) in (key, key + ".data") for t in node.targets):
+                return True  # reassigned (a Parameter reassigned from .to() is GPU005's finding)
+            if isinstance(node, (ast.For, ast.AsyncFor)) and not is_param and \
+                    any(dotted(e) == key for e in walk([node.iter])):
+                loop_var = dotted(node.target)
+                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _CONVERTS
+                       and dotted(c.func.value) == loop_var for c in walk(node.body)):
+                    return True  # for module in [self.a, self.b]: module.to(...)
+    return False
+
+
+_SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter)\(", re.M)
+_OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)+[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\(", re.M)
+_SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
+_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def may_create_late(data: bytes) -> bool:
+    """Whether GPU011 can find anything in this file itself, read from the text before parsing:
+    an attribute of another object assigned a new module (model.head = nn.Linear(...)), the
+    object cast with self.half() / self.to(), or self.x = SomeModule(...) in a method that is not
+    __init__ or a builder. False means the file matters to GPU011 only for its calls after a cast
+    (the engine defers it)."""
+    if _OTHER_CREATE.search(data) or _SELF_CAST.search(data):
+        return True
+    defs = None
+    for m in _SELF_CREATE.finditer(data):
+        if defs is None:
+            defs = [(d.start(), len(d.group(1)), d.group(2).decode("ascii", "replace")) for d in _DEF.finditer(data)]
+        indent = len(m.group(1))
+        name = next((n for start, ind, n in reversed(defs) if start < m.start() and ind < indent), None)
+        if name is None or not name.startswith(_BUILDER):
+            return True
+    return False
 
 
 def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[str]:

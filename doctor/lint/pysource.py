@@ -23,6 +23,19 @@ _CONVENTIONAL = {
     "xops": "xformers.ops",
     "einops": "einops",
 }
+# What `from M import *` brings that the rules look for (the modules' __all__ or public names).
+# A star import binds nothing else we could know without reading M.
+_STAR_EXPORTS = {
+    "torch.backends.cuda": frozenset({"sdp_kernel"}),
+    "torch.nn.functional": frozenset({"scaled_dot_product_attention", "softmax"}),
+    "torch.nn": frozenset({"Parameter", "Module", "Linear", "Conv2d", "LayerNorm", "Embedding"}),
+    "flash_attn": frozenset({"flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
+                             "flash_attn_with_kvcache", "flash_attn_varlen_func"}),
+    "flash_attn.flash_attn_interface": frozenset({"flash_attn_func", "flash_attn_kvpacked_func",
+                                                  "flash_attn_qkvpacked_func", "flash_attn_with_kvcache",
+                                                  "flash_attn_varlen_func"}),
+    "xformers.ops": frozenset({"memory_efficient_attention"}),
+}
 _BODIES = ("body", "orelse", "finalbody")
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While,
              ast.With, ast.AsyncWith, ast.Try, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
@@ -32,14 +45,26 @@ Scope = ast.AST  # a FunctionDef / AsyncFunctionDef, or the Module
 
 
 class PySource:
-    def __init__(self, path: str, text: str, tree: ast.Module) -> None:
+    def __init__(self, path: str, text: str, tree: ast.Module, module: str | None = None,
+                 is_package: bool = False) -> None:
         self.path = path
         self.text = text
         self.tree = tree
+        # the dotted module name (gpudoctor.lint.project.module_name), for relative imports and
+        # the project pass; None when the file is not inside a package
+        self.module = module
+        self.is_package = is_package
+        self.relative: dict[str, str] = {}  # local name -> absolute name of a relative import
         self.lines = text.splitlines(keepends=True)
         self.newline = "\r\n" if "\r\n" in text[:4096] else "\n"
         self._starts: list[int] | None = None
-        self.imports: dict[str, str] = {}  # local name -> qualified name
+        self.imports: dict[str, str] = {}  # local name -> qualified name (imports and module-level aliases)
+        self.shadowed: set[str] = set()  # module-level names the file binds itself (def, class, assignment)
+        self.star_modules: list[str] = []  # `from M import *`
+        self._conflicts: set[str] = set()
+        # imports inside functions bind names in that function only: (function, {local: qual})
+        self._scoped: list[tuple[ast.AST, dict[str, str]]] = []
+        self._scoped_names: set[str] = set()
         self.import_nodes: list[ast.stmt] = []  # top-level import statements, in order
         self.stmts: list[tuple[ast.stmt, Scope]] = []  # every statement, source order
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
@@ -48,6 +73,7 @@ class PySource:
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 self.import_nodes.append(node)
+        self._bind_module_names(tree)
 
     def _index(self, body: list[ast.stmt], scope: Scope) -> None:
         for s in body:
@@ -56,7 +82,7 @@ class PySource:
             if t is ast.Import:
                 for a in s.names:  # type: ignore[attr-defined]
                     if a.asname:
-                        self.imports[a.asname] = a.name
+                        self._bind_import(a.asname, a.name, scope)
                     else:
                         top = a.name.split(".")[0]
                         self.imports.setdefault(top, top)
@@ -64,7 +90,16 @@ class PySource:
                 if s.module and not s.level:  # type: ignore[attr-defined]
                     for a in s.names:  # type: ignore[attr-defined]
                         if a.name != "*":
-                            self.imports[a.asname or a.name] = f"{s.module}.{a.name}"  # type: ignore[attr-defined]
+                            self._bind_import(a.asname or a.name, f"{s.module}.{a.name}", scope)  # type: ignore[attr-defined]
+                        else:
+                            self.star_modules.append(s.module)  # type: ignore[attr-defined]
+                else:  # a relative import: a module of this project, known only to the project pass
+                    base = self._relative_base(s.level, s.module)  # type: ignore[attr-defined]
+                    for a in s.names:  # type: ignore[attr-defined]
+                        if a.name != "*":
+                            self._conflicts.add(a.asname or a.name)
+                            if base is not None and scope is self.tree:
+                                self.relative[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
             elif t in (ast.FunctionDef, ast.AsyncFunctionDef):
                 self.functions.append(s)  # type: ignore[arg-type]
                 self._index(s.body, s)  # type: ignore[attr-defined]
@@ -82,6 +117,113 @@ class PySource:
                     self._index(h.body, scope)
                 for case in getattr(s, "cases", ()) or ():
                     self._index(case.body, scope)
+
+    def _relative_base(self, level: int, name: str | None) -> str | None:
+        """The absolute package a `from ..x import y` imports from, or None outside a package."""
+        if not self.module:
+            return None
+        parts = self.module.split(".")
+        if not self.is_package:
+            parts = parts[:-1]
+        if level - 1 > len(parts):
+            return None
+        parts = parts[:len(parts) - (level - 1)]
+        return ".".join(parts + ([name] if name else []))
+
+    def qualify(self, name: str) -> str | None:
+        """The absolute name of a module-level name of this file: its own def or class, or what it
+        imports (absolutely or relatively); None for anything else."""
+        if name in self.relative:
+            return self.relative[name]
+        if name in self.imports and name not in self.shadowed:
+            return self.imports[name]
+        if self.module and any(getattr(n, "name", None) == name for n in self.tree.body
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))):
+            return f"{self.module}.{name}"
+        return None
+
+    def _bind_import(self, local: str, qual: str, scope: Scope) -> None:
+        """Two imports of one name (try: from flash_attn.flash_attn_interface import f / except:
+        from flash_attn import f) agree when they name the same function; otherwise the name is
+        not followed, except inside a function that imports it itself."""
+        if scope is not self.tree:
+            if not self._scoped or self._scoped[-1][0] is not scope:
+                self._scoped.append((scope, {}))
+            self._scoped[-1][1][local] = qual
+            self._scoped_names.add(local)
+        old = self.imports.get(local)
+        if old is not None and old != qual and old.rsplit(".", 1)[-1] != qual.rsplit(".", 1)[-1]:
+            self._conflicts.add(local)
+        self.imports.setdefault(local, qual)
+
+    def _bind_module_names(self, tree: ast.Module) -> None:
+        """Names as Python binds them at module level, before any rule looks at a call: a def,
+        class or assignment shadows an import of the same name (the name is not followed), a
+        constant assigned in a fallback (`flash_attn_func = None` when the import fails) does
+        not, and a name assigned once from a dotted name (`attention = F.scaled_dot_product_attention`,
+        `F = torch.nn.functional`) is an alias of what that name refers to."""
+        bound: dict[str, int] = {}
+        aliases: dict[str, list[ast.expr]] = {}
+        stack: list[ast.stmt] = list(tree.body)
+
+        def names(target: ast.AST) -> list[str]:
+            if isinstance(target, ast.Name):
+                return [target.id]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                return [n for e in target.elts for n in names(e)]
+            if isinstance(target, ast.Starred):
+                return names(target.value)
+            return []
+
+        while stack:
+            st = stack.pop()
+            t = type(st)
+            if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                bound[st.name] = bound.get(st.name, 0) + 1  # type: ignore[attr-defined]
+                continue
+            if t is ast.Assign:
+                for target in st.targets:  # type: ignore[attr-defined]
+                    value = st.value  # type: ignore[attr-defined]
+                    if isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name)):
+                        aliases.setdefault(target.id, []).append(value)
+                    elif not (isinstance(target, ast.Name) and isinstance(value, ast.Constant)):
+                        for n in names(target):
+                            bound[n] = bound.get(n, 0) + 1
+            elif t in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
+                for n in names(st.target):  # type: ignore[attr-defined]
+                    bound[n] = bound.get(n, 0) + 1
+            elif t in (ast.With, ast.AsyncWith):
+                for item in st.items:  # type: ignore[attr-defined]
+                    for n in names(item.optional_vars) if item.optional_vars is not None else ():
+                        bound[n] = bound.get(n, 0) + 1
+            for field in _BODIES:
+                stack.extend(getattr(st, field, None) or ())
+            for h in getattr(st, "handlers", ()) or ():
+                stack.extend(h.body)
+            for case in getattr(st, "cases", ()) or ():
+                stack.extend(case.body)
+        self.shadowed = set(bound) | self._conflicts
+        for name in self.shadowed:
+            self.imports.pop(name, None)
+        for _ in range(2):  # an alias of an alias
+            for name, values in aliases.items():
+                if name in self.shadowed or len(values) != 1 or name in self.imports:
+                    continue
+                root = values[0]
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and (root.id in self.imports or root.id in _CONVENTIONAL) and \
+                        root.id not in self.shadowed and root.id != name:
+                    self.imports[name] = self.qualname(values[0]) or ""
+        for name, values in aliases.items():
+            if name not in self.imports:
+                self.shadowed.add(name)
+
+    def spellings(self, qual: str) -> set[str]:
+        """The names this file may call `qual` by: its last part (through any module alias) and
+        every local name bound to exactly it."""
+        return {qual.rsplit(".", 1)[-1]} | {n for n, q in self.imports.items() if q == qual} | \
+            {n for _, table in self._scoped for n, q in table.items() if q == qual}
 
     def scope_statements(self, scope: Scope) -> list[ast.stmt]:
         """The statements of one function (or of the module outside functions), in order."""
@@ -183,8 +325,22 @@ class PySource:
             node = node.value
         if not isinstance(node, ast.Name):
             return None
-        root = self.imports.get(node.id) or _CONVENTIONAL.get(node.id) or node.id
-        return ".".join([root, *reversed(parts)])
+        name = node.id
+        root = self.imports.get(name)
+        if name in self._scoped_names:
+            line = getattr(node, "lineno", 0)
+            inner = None
+            for fn, table in self._scoped:
+                if name in table and fn.lineno <= line <= fn.end_lineno and \
+                        (inner is None or fn.lineno > inner[0].lineno):  # type: ignore[attr-defined]
+                    inner = (fn, table)
+            if inner is not None:
+                root = inner[1][name]
+        if root is None and name not in self.shadowed:
+            root = _CONVENTIONAL.get(name)
+            if root is None and self.star_modules:
+                root = next((f"{m}.{name}" for m in self.star_modules if name in _STAR_EXPORTS.get(m, ())), None)
+        return ".".join([root or name, *reversed(parts)])
 
 
 def walk(roots) -> Iterator[ast.AST]:

@@ -33,8 +33,14 @@ class Rule:
     fix: str
     fix_safety: str  # "safe" / "unsafe" / "display-only", then why
     near_misses: str
-    # Optional regex over the raw bytes, checked after the substring groups pass.
-    pattern: bytes | tuple[bytes, ...] | None = None  # every one must match
+    # Optional regexes over the raw bytes, checked after the substring groups pass: every element
+    # must match; an element that is a tuple matches when any of its regexes does (separate
+    # regexes, each with its literal prefix, are several times faster than one alternation).
+    pattern: bytes | tuple[bytes | tuple[bytes, ...], ...] | None = None
+    # How bad a finding is, in SARIF's words (GitHub code scanning and annotations use them):
+    # "error" fails or computes wrong results when it runs, "warning" costs memory or time or
+    # is deprecated, "note" is informational.
+    level: str = "error"
 
     def wants(self, data: bytes) -> bool:
         if not all(any(s in data for s in group) for group in self.prefilter):
@@ -42,7 +48,11 @@ class Rule:
         if self.pattern is None:
             return True
         patterns = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
-        return all(_compiled(p).search(data) is not None for p in patterns)
+        for p in patterns:
+            alternatives = p if isinstance(p, tuple) else (p,)
+            if not any(_compiled(a).search(data) is not None for a in alternatives):
+                return False
+        return True
 
 
 _CASTS = (b".to(", b".half(", b".bfloat16(", b".float(", b".double(", b".cuda(", b".cpu(", b".type(")
@@ -56,7 +66,8 @@ def _compiled(pattern: bytes) -> re.Pattern[bytes]:
 
 
 # GPU001: a product of two operands (not a decorator's @).
-ATTENTION_PRODUCT = rb"bmm\(|matmul\(|einsum\(|[\w)\]][ \t]*@[ \t]*[\w(]"
+ATTENTION_PRODUCT_ANY = (rb"bmm\(", rb"matmul\(", rb"einsum\(", rb"[\w)\]][ \t]*@[ \t]*[\w(]")
+ATTENTION_PRODUCT = b"|".join(ATTENTION_PRODUCT_ANY)
 # GPU003: something that makes a tensor non-contiguous (`.T`, not `.Tensor`).
 NONCONTIGUOUS = (rb"\.(?:transpose|permute|swapaxes|swapdims)\(|\.mT\b|\.t\(\)|\.T\b|scaled_dot_product_attention"
                  rb"|rearrange\(")
@@ -73,15 +84,19 @@ RULES: tuple[Rule, ...] = (
         code="GPU001",
         name="naive-attention",
         kb_id="attention-oom",
+        level="warning",
         title="hand-written attention materialises the full score matrix",
         kinds=(PYTHON,),
-        prefilter=((b"softmax",), (b"bmm", b"matmul", b"@", b"einsum")),
-        pattern=ATTENTION_PRODUCT,
+        # a softmax, or probabilities from a helper (get_attention_scores, another module's)
+        prefilter=((b"softmax", b"get_attention_scores", b"probs", b"scores"), (b"bmm", b"matmul", b"@", b"einsum")),
+        pattern=(ATTENTION_PRODUCT_ANY,),
         what=(
             "A product of two activations (torch.baddbmm / bmm / matmul / einsum / @, typically q and "
             "k transposed) whose result goes through a softmax and is then multiplied with a third "
             "tensor (v): attention computed by hand. The finding points at the product that creates "
-            "the score matrix."
+            "the score matrix; when the scores come from a helper (diffusers' get_attention_scores, or a "
+            "function of another module that returns a softmax of a product, or the raw product), at the "
+            "helper call in the function that multiplies with the values."
         ),
         why=(
             "The score matrix holds batch x heads x query_len x key_len elements, quadratic in the "
@@ -109,13 +124,16 @@ RULES: tuple[Rule, ...] = (
         near_misses=(
             "A baddbmm/bmm/matmul whose result is not passed through a softmax and then into another "
             "product (a linear layer, a bias-add GEMM, a gating softmax that is not multiplied with "
-            "values) does not fire, and neither does a product with a module weight (self.weight)."
+            "values) does not fire, and neither does a product with a module weight (self.weight), "
+            "attention over query slices taken in a loop (sliced attention: the slice bounds its memory), "
+            "or a helper that only returns probabilities (the processor that multiplies them changes)."
         ),
     ),
     Rule(
         code="GPU002",
         name="sdp-kernel-deprecated",
         kb_id="sdp-kernel-deprecated",
+        level="warning",
         title="torch.backends.cuda.sdp_kernel() is deprecated",
         kinds=(PYTHON,),
         prefilter=((b"sdp_kernel",),),
@@ -154,7 +172,10 @@ RULES: tuple[Rule, ...] = (
             ".mT / .T or of F.scaled_dot_product_attention (or a value derived from one of those "
             "without a copy), and the view merges dimensions whose memory is not adjacent. The linter "
             "follows names through the function (reassignment and .contiguous() end the tracking) and "
-            "matches the view's sizes against the tensor's symbolic shape to tell merging from splitting."
+            "matches the view's sizes against the tensor's symbolic shape to tell merging from splitting. "
+            "A parameter transposed here counts too: y.transpose(1, 2).view(y.size(0), -1) merges the two "
+            "swapped dimensions whatever y's rank; .t(), comparisons (eq) and basic slices keep a "
+            "tensor's layout (pred.t().eq(target)[:k].view(-1))."
         ),
         why=(
             "view() never copies, so it can only merge dimensions that are adjacent in memory; after a "
@@ -182,6 +203,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU004",
         name="shape-tensor-arithmetic",
         kb_id="misaligned-address",
+        level="warning",
         title="shape values held as tensors are used in arithmetic before int() / .tolist()",
         kinds=(PYTHON,),
         prefilter=((b"torch.tensor(", b"as_tensor(", b"LongTensor(", b"IntTensor(", b"new_tensor(", b"torch.stack("),
@@ -190,8 +212,11 @@ RULES: tuple[Rule, ...] = (
         what=(
             "Names unpacked from (or iterated over) a 1-D tensor of sizes, such as "
             "`N_t, N_h, N_w = grid_sizes[0]` where grid_sizes = torch.stack([torch.tensor(u.shape[2:]) ...]), "
-            "then multiplied, added or used as sizes before int() or .tolist(); also a shape= argument "
-            "given a row of such a tensor."
+            "then multiplied, added or used as sizes before int() or .tolist(), reported at the binding "
+            "(one finding per group of bindings). The tensor is followed into the functions of other "
+            "modules it is handed to (imports, submodule classes, super()), and the finding there names "
+            "the caller; a shape= argument given a row of such a tensor is reported at the call only where "
+            "the callee cannot be followed."
         ),
         why=(
             "Each element is a 0-d tensor: on a CUDA tensor every operation on it is a kernel launch and "
@@ -210,42 +235,56 @@ RULES: tuple[Rule, ...] = (
         ),
         near_misses=(
             "Unpacking x.shape (ints), iterating grid_sizes.tolist(), converting with int() before "
-            "any arithmetic, and unpacking tuples of tensors (torch.chunk) do not fire."
+            "any arithmetic, unpacking tuples of tensors (torch.chunk), and callees in other modules that "
+            "convert what they receive (shape.tolist()) or receive x.shape (ints) do not fire."
         ),
     ),
     Rule(
         code="GPU005",
         name="parameter-reassign",
         kb_id="parameter-reassign",
-        title="an nn.Parameter attribute is assigned the plain tensor that .to() / .half() returns",
+        title="an nn.Parameter is assigned a plain tensor (.to(), .half(), a computed tensor) or converted and thrown away",
         kinds=(PYTHON,),
-        prefilter=((b"Parameter", b".weight", b".bias"), _CASTS),
-        pattern=rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\("
-                rb"|Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
+        prefilter=((b"Parameter", b".weight", b".bias"),),
+        pattern=((rb"^[ \t]*([\w.]+)[ \t]*=[ \t]*\1\.(?:to|half|float|double|bfloat16|cuda|cpu|type|type_as)\(",
+                  rb"Parameter\(.*\)\.(?:to|half|float|double|bfloat16|cuda|cpu)\(",
+                  # a conversion of an attribute as a statement of its own, its result thrown away
+                  rb"^[ \t]*\w+\.\w+(?:\.\w+)*\.(?:to|half|float|double|bfloat16|cuda|cpu|type)\([^\n]*\)[ \t]*(?:#[^\n]*)?$",
+                  # self.p = f(... self.p ...): a tensor computed from the parameter
+                  rb"^[ \t]*(self\.\w+)[ \t]*=[ \t]*[^\n=]*\b\1\b"),),
         what=(
             "`self.p = self.p.to(...)` (or .half() / .float() / .cuda() / ...) where self.p is an "
             "nn.Parameter (created with nn.Parameter / register_parameter in the same class, or the "
-            "weight / bias of a standard nn module), and `self.p = nn.Parameter(t).to(...)`."
+            "weight / bias of a standard nn module); `self.p = nn.Parameter(t).to(...)`; "
+            "`self.p = F.softmax(self.p)` or any other tensor computed from the parameter, assigned "
+            "back to its name outside __init__; and `self.p.half()` / `self.p.to(...)` as a statement "
+            "of its own, whose result is thrown away."
         ),
         why=(
-            "Parameter.to() returns a plain Tensor whenever it converts. nn.Module.__setattr__ refuses "
-            "a plain tensor for a registered parameter: TypeError: cannot assign "
-            "'torch.cuda.BFloat16Tensor' as parameter 'p' (torch.nn.Parameter or None expected). It "
-            "only works while the conversion is a no-op, so it breaks on the first machine where dtype "
-            "or device differ. `nn.Parameter(t).to(device)` assigned for the first time silently "
-            "registers nothing: the attribute is a plain tensor, missing from parameters(), the "
-            "optimizer and the state dict."
+            "Parameter.to() returns a plain Tensor whenever it converts, and so does every operation "
+            "on a parameter. nn.Module.__setattr__ refuses a plain tensor for a registered parameter: "
+            "TypeError: cannot assign 'torch.cuda.BFloat16Tensor' as parameter 'p' (torch.nn.Parameter "
+            "or None expected). It only works while the conversion is a no-op, so it breaks on the "
+            "first machine where dtype or device differ. `nn.Parameter(t).to(device)` assigned for the "
+            "first time silently registers nothing: the attribute is a plain tensor, missing from "
+            "parameters(), the optimizer and the state dict. And unlike Module.to() / .half(), which "
+            "convert a module in place, a parameter's conversion never changes the parameter: "
+            "`self.p.half()` alone does nothing, the parameter stays float32 next to a half model."
         ),
         example="self.token = nn.Parameter(torch.zeros(1, dim))\n...\nself.token = self.token.to(dtype=dtype, device=device)",
         fix="self.token.data = self.token.data.to(dtype=dtype, device=device)   # or convert the module: self.to(dtype=..., device=...)",
         fix_safety=(
             "safe: assigning .data converts the parameter in place; it stays the same registered "
             "nn.Parameter (requires_grad and optimizer references kept). For "
-            "nn.Parameter(t).to(x) the fix moves the conversion inside: nn.Parameter(t.to(x))."
+            "nn.Parameter(t).to(x) the fix moves the conversion inside: nn.Parameter(t.to(x)). A "
+            "thrown-away conversion gets an unsafe fix (self.p.data = self.p.data.half(): the dtype the "
+            "code meant, which it never had); a computed tensor a display-only one (use a local name)."
         ),
         near_misses=(
-            "`self.m = self.m.to(dtype)` on a submodule (Module.to returns the module itself), "
-            "`self.p.data = self.p.data.to(...)`, and attributes not known to be parameters do not fire."
+            "`self.m = self.m.to(dtype)` and `self.m.half()` on a submodule (Module.to converts in place "
+            "and returns the module), `self.p.data = self.p.data.to(...)`, `w = F.softmax(self.p)` into "
+            "a local name, `self.p.to(x) + y` inside an expression, buffers and attributes not known "
+            "to be parameters do not fire."
         ),
     ),
     Rule(
@@ -256,8 +295,9 @@ RULES: tuple[Rule, ...] = (
         kinds=(PYTHON, BUILD),
         prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
                     b"gpu-architecture", b"-code"),),
-        pattern=rb"-arch[= \"']|--gpu-architecture|-gencode|--generate-code|arch=compute_|TORCH_CUDA_ARCH_LIST"
-                rb"|CUDA_ARCHITECTURES|-code[= ]",
+        # (a flag starts a word: not "multi-arch " or "# mypy: disable-error-code=")
+        pattern=((rb"[\s\"'\[(,=]-arch[= \"']", rb"--gpu-architecture", rb"-gencode", rb"--generate-code",
+                  rb"arch=compute_", rb"TORCH_CUDA_ARCH_LIST", rb"CUDA_ARCHITECTURES", rb"[\s\"'\[(,=]-code[= ]"),),
         what=(
             "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
             "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "
@@ -302,6 +342,7 @@ RULES: tuple[Rule, ...] = (
         code="GPU007",
         name="xformers-attention",
         kb_id="xformers-flash-invalid-argument",
+        level="note",
         title="xformers attention call site (informational: the SDPA route for Blackwell)",
         kinds=(PYTHON,),
         prefilter=((b"xformers", b"memory_efficient_attention"),),
@@ -353,7 +394,9 @@ RULES: tuple[Rule, ...] = (
         example="q = q.view(B, N, H, D).transpose(1, 2)   # SDPA layout\nout = flash_attn_func(q, k, v)",
         fix="Pass (B, N, H, D) tensors: drop the transpose(1, 2) (or transpose back) for all of q, k and v, and transpose the output if the caller expects (B, H, N, D).",
         fix_safety="display-only: which transposes to drop depends on what else uses the tensors.",
-        near_misses="q.view(B, N, H, D) passed directly, rearrange(..., 'b n (h d) -> b n h d'), and tensors of unknown layout do not fire.",
+        near_misses=("q.view(B, N, H, D) passed directly, rearrange(..., 'b n (h d) -> b n h d'), q, k, v stacked on "
+                     "dim 2 from (b, s, h, d) tensors for the packed call, all three transposed alike, and tensors "
+                     "of unknown layout do not fire."),
     ),
     Rule(
         code="GPU009",
@@ -361,15 +404,21 @@ RULES: tuple[Rule, ...] = (
         kb_id="noncontiguous-kernel-input",
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
         kinds=(CPP,),
-        prefilter=((b"data_ptr", b".data<"),),
+        # raw reads, or the bindings and dispatchers that call the functions reading them
+        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
+        # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
+        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\("),),
         what=(
             "In C++/CUDA extension code (a file that includes torch headers, defines PYBIND11_MODULE / "
             "TORCH_LIBRARY, or launches kernels with ATen), a function reads x.data_ptr() / "
             "x.data_ptr<T>() / x.data<T>() / mutable_data_ptr / const_data_ptr of a Tensor parameter x "
             "that is nowhere checked (x.is_contiguous(), CHECK_CONTIGUOUS(x), CHECK_INPUT(x), macros "
             "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
-            "with its strides. A function whose every caller in the linted files passes checked or "
-            "contiguous tensors is fine."
+            "with its strides; a device or dtype check is not a contiguity check. A function whose every "
+            "caller in the linted files passes checked or contiguous tensors is fine; the files that "
+            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points. "
+            "One finding per function and tensor, at its first read (the reads in the other launch "
+            "branches are the same fix)."
         ),
         why=(
             "A raw pointer is read as dense row-major memory. A transposed, permuted, sliced or "
@@ -380,7 +429,8 @@ RULES: tuple[Rule, ...] = (
         fix='TORCH_CHECK(x.is_contiguous(), "x must be contiguous");   // or: auto xc = x.contiguous(); use xc.data_ptr<float>()',
         fix_safety="display-only: whether to reject or to copy (and where) is a design choice of the extension.",
         near_misses=(
-            "Reads after x.contiguous(), after a contiguity check or macro, of tensors created in the "
+            "Reads of one-element tensors (TORCH_CHECK(x.numel() == 1)), reads after x.contiguous(), "
+            "after a contiguity check or macro, of tensors created in the "
             "function (torch::empty), pointer comparisons and alignment checks inside TORCH_CHECK, and "
             "functions whose callers check, do not fire."
         ),
@@ -391,7 +441,10 @@ RULES: tuple[Rule, ...] = (
         kb_id="custom-allocator",
         title="custom allocator: size not a multiple of the alignment, or freed with the wrong function",
         kinds=(CPP,),
-        prefilter=((b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
+        # (alloc / Alloc / memalign: a gate implied by the next group, three scans instead of ten
+        # for the many headers that allocate nothing)
+        prefilter=((b"alloc", b"Alloc", b"memalign"),
+                   (b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
                     b"cudaMalloc", b"cudaHostAlloc", b"hipMalloc", b"alloc_cpu("),
                    (b"free", b"Free", b"deleter", b"aligned_alloc"),
                    # PyTorch backend / allocator code, not any C program
@@ -428,15 +481,18 @@ RULES: tuple[Rule, ...] = (
         kinds=(PYTHON,),
         prefilter=((b"nn.", b"Module", b"Parameter", b"dtype", b".half()", b".bfloat16()"),),
         # a cast (the cross-file call site) or an nn module assigned to self (the creators)
-        pattern=rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]|torch_dtype\s*=|\.(?:half|bfloat16)\(\)"
-                rb"|\.to\([^)\n]*(?:dtype|bfloat16|float16|half)",
+        pattern=((rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]", rb"torch_dtype\s*=", rb"\.(?:half|bfloat16)\(\)",
+                  rb"\.to\([^)\n]*(?:dtype|bfloat16|float16|half)"),),
         what=(
             "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
             "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "
             "without a dtype= argument and is never converted afterwards. Also a method other than "
             "__init__ (and not called from __init__) of an nn.Module class that adds float32 submodules "
             "or parameters with no dtype/device and no .to() afterwards (an enable_*_mode() that runs "
-            "after the pipeline cast the model)."
+            "after the pipeline cast the model), when another module calls it on an object after "
+            "casting it (from_pretrained(torch_dtype=...), .to(dtype), .half()): reported at each "
+            "creation, naming the call and the cast. Classes of other modules count by what the "
+            "project's class table says of them (weights of their own, of a base, or of a class they build)."
         ),
         why=(
             "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "
@@ -447,7 +503,9 @@ RULES: tuple[Rule, ...] = (
         fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
         fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
         near_misses=(
-            "Modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
+            "Modules converted later with module.to(...) (in place), classes that cast their inputs to "
+            "their weights, classes without weights, "
+            "modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
             "modules converted later in the same function, and casts to float32 do not fire."
         ),
     ),

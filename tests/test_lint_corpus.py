@@ -1,0 +1,96 @@
+"""`gpudoctor lint` on the labelled corpus of real projects' code (tests/fixtures/lint_corpus, drawn
+and labelled before the linter changed): recall and precision stay above their floors, and the
+cases issue 21 names are found (their reproductions), with none of their near misses.
+
+The linter runs in this process, once per case with the case folder as the working directory, as
+tools/lint_corpus_report.py runs it (that tool prints the same figures per rule)."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+from gpudoctor.lint import engine
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "fixtures" / "lint_corpus"
+RECALL_FLOOR, PRECISION_FLOOR = 0.85, 0.90
+
+# Occurrences the linter does not reach yet, each for a reason the README's lint section gives:
+# a forward replaced with types.MethodType, a transposed tensor handed to another module's
+# view(), and the rank of a GRU's hidden state.
+KNOWN_MISSES = {
+    ("infinitetalk_usp_shape", "GPU004", "wan/distributed/xdit_context_parallel.py", 60),
+    ("view_on_parameters", "GPU003", "seq2seq/attention.py", 20),
+    ("view_on_parameters", "GPU003", "seq2seq/model.py", 21),
+}
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("lint_corpus_report", ROOT / "tools" / "lint_corpus_report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+TOOL = _tool()
+CASES = sorted(p for p in CORPUS.iterdir() if (p / "labels.toml").is_file())
+
+
+def _run(case_dir: pathlib.Path, monkeypatch) -> tuple[dict, list, dict]:
+    meta, labels = TOOL.load_labels(case_dir)
+    monkeypatch.chdir(case_dir)
+    result, _, _ = engine.lint(["."], isolated=True, jobs=1)
+    findings = [TOOL.Finding(case_dir.name, f.code, f.path.replace("\\", "/"), f.line, f.message)
+                for f in result.findings]
+    return meta, labels, TOOL.compare(labels, findings)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    mp = pytest.MonkeyPatch()
+    try:
+        return {case.name: _run(case, mp) for case in CASES}
+    finally:
+        mp.undo()
+
+
+def test_the_corpus_is_the_one_measured_before():
+    assert len(CASES) == 20
+    labels = [lb for case in CASES for lb in TOOL.load_labels(case)[1]]
+    assert sum(lb.kind == "real" for lb in labels) == 77
+
+
+def test_recall_and_precision_floors(measured):
+    real = [lb for _, labels, _ in measured.values() for lb in labels if lb.kind == "real"]
+    hit = set().union(*(r["hit"] for _, _, r in measured.values()))
+    true_pos = sum(len(r["true_pos"]) for _, _, r in measured.values())
+    false_pos = [(f.case, f.code, f.path, f.line) for _, _, r in measured.values() for f, _ in r["false_pos"]]
+    recall = len(hit) / len(real)
+    precision = true_pos / (true_pos + len(false_pos))
+    assert recall >= RECALL_FLOOR, f"recall {len(hit)}/{len(real)}"
+    assert precision >= PRECISION_FLOOR, f"precision {true_pos}/{true_pos + len(false_pos)}: {false_pos}"
+
+
+@pytest.mark.parametrize("case", [c.name for c in CASES if "issue21" in TOOL.load_labels(c)[0]])
+def test_the_cases_issue_21_names(case, measured):
+    """Each case issue 21 names: its real occurrences found (but the known misses), no finding
+    anywhere else, none of its near misses fired. A near miss labelled on the very line of a
+    real occurrence of the same rule (lora_trainer's models/layer_weights.py:14, whose anchor is
+    the fixed form on line 21) cannot be told apart and is not counted."""
+    _, labels, result = measured[case]
+    missed = {(case, lb.rule, lb.file, lb.line) for lb in labels if lb.kind == "real" and lb not in result["hit"]}
+    assert missed <= KNOWN_MISSES, sorted(missed - KNOWN_MISSES)
+    assert result["false_pos"] == []
+    real_places = {(lb.rule, place) for lb in labels if lb.kind == "real" for place in lb.places()}
+    fired = [lb for lb in result["fired_near"] if (lb.rule, (lb.file, lb.line)) not in real_places]
+    assert fired == []
+
+
+def test_known_misses_are_still_misses(measured):
+    """When one of them is found, move it out of KNOWN_MISSES (and the README's list)."""
+    found = {(case, lb.rule, lb.file, lb.line) for case, (_, _, r) in measured.items() for lb in r["hit"]}
+    assert not (KNOWN_MISSES & found)

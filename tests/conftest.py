@@ -15,6 +15,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 _NO_TORCH = "needs torch, which is not installed in this environment"
+# Fixtures are data, never tests: the lint corpora hold other projects' code shapes, the run and
+# probe fixtures programs that crash on purpose. (One ignore here rather than a conftest.py in each
+# folder: a second module named `conftest` shadows this one for `import conftest`.)
+collect_ignore_glob = ["fixtures/*"]
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,12 @@ the schema versions are the code's, every page is in the site's navigation, and 
 every page and stays short. (`mkdocs build --strict` in .ci/run checks links and anchors.)"""
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
 
-from conftest import ROOT
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 DOCS = ROOT / "docs"
 # Where each command's options are documented; the options every command shares (--format, -o, -q,

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import pathlib
 import re
 import sys
 from importlib.metadata import version
 
 import pytest
 
-from conftest import ROOT
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _spec = importlib.util.spec_from_file_location("make_pictures", ROOT / "tools" / "make_pictures.py")
 make_pictures = importlib.util.module_from_spec(_spec)

@@ -6,7 +6,7 @@ Targets: explain by id at most 1.5x `python -c "import typer, rich.console"` (is
 pasted error at most 2.0x (issue 20); a 10 MB log through `explain --json -` in under 1 s.
 
 A pasted error reads only the entries it can match, found in the keyword index that
-gpudoctor.kbcache keeps in the user cache directory. The index is written by the first run; the
+gpudoctor.knowledge.kbcache keeps in the user cache directory. The index is written by the first run; the
 benchmark times both: with the index cached (every run after the first) and with no usable cache
 directory (a read-only home: every entry is read, as before the index existed). Every command runs with Python's bytecode cache on
 (`_timing.bytecode_env`), as an installed gpudoctor does.

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import compare, table  # noqa: E402
 
 _READER = (
-    "import sys\nfrom gpudoctor.textinput import iter_stream, MAX_BYTES\n"
+    "import sys\nfrom gpudoctor.explain.textinput import iter_stream, MAX_BYTES\n"
     "n = sum(len(c) for c in iter_stream(sys.stdin.buffer, name='stdin'))\n"
     "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
     "print(int(hwm) * 1024, n, MAX_BYTES, file=sys.stderr)\n"

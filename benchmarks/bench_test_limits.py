@@ -58,7 +58,7 @@ def bench_fatbin(rounds: int) -> None:
 
     from test_fatbin import write_big_fatbin  # the test's own fixture
 
-    from gpudoctor.fatbin import read_fatbin
+    from gpudoctor.scan.fatbin import read_fatbin
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "libbig.so")
@@ -98,7 +98,7 @@ def bench_safetext(rounds: int) -> None:
 def bench_cutoffs(rounds: int) -> None:
     import types
 
-    from gpudoctor.environment import collect_environment, nvml_info
+    from gpudoctor.scan.environment import collect_environment, nvml_info
 
     with tempfile.TemporaryDirectory() as tmp:
         python = os.path.join(tmp, "python")

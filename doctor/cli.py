@@ -2,7 +2,7 @@
 code. Nothing else lives here. The CLI process never imports torch.
 
 Commands, in the order `gpudoctor --help` lists them: scan, explain, run, report, diff, lint,
-merge, list. `run`, `report` and `diff` live in gpudoctor.ticket_cli, `merge` in
+merge, list. `run`, `report` and `diff` live in gpudoctor.ticket.command, `merge` in
 gpudoctor.fleet.command, lint's work in gpudoctor.lint.cli; they are registered at the end of this
 module.
 
@@ -267,8 +267,8 @@ def explain(
 
         _fail(f"no lint rule {query.upper()}: the rules are {RULES[0].code}..{RULES[-1].code} "
               "(`gpudoctor explain GPU001`)")
-    from gpudoctor import explain as ex
-    from gpudoctor import kb
+    from gpudoctor.explain import explanation as ex
+    from gpudoctor.knowledge import kb
 
     try:
         # By id, only the entry's own file is read: neither the matcher nor the other entries load
@@ -317,9 +317,9 @@ def _stdin_is_piped() -> bool:
 
 def _match(query: Optional[str], file: Optional[str]) -> Any:
     """The ranked matches for pasted text, standard input (-) or a log file."""
-    from gpudoctor import explain as ex
-    from gpudoctor import textinput
-    from gpudoctor.matcher import match_chunks
+    from gpudoctor.explain import explanation as ex
+    from gpudoctor.explain import textinput
+    from gpudoctor.explain.matcher import match_chunks
 
     try:
         if file is not None:
@@ -335,11 +335,11 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
 
 
 def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
-    """The explain engineer's page (`gpudoctor.explain.render_text`: the verdict, then the entry in
+    """The explain engineer's page (`gpudoctor.explain.explanation.render_text`: the verdict, then the entry in
     full); -q: one line per match; -v: the other matched entries in full too."""
     from rich.text import Text
 
-    from gpudoctor import explain as ex
+    from gpudoctor.explain import explanation as ex
 
     if quiet:
         rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in result.matches]
@@ -365,8 +365,8 @@ def list_entries(
     markdown: bool = typer.Option(False, "--markdown", hidden=True, help="Same as --format md."),
 ) -> None:
     """List the knowledge-base ids and titles."""
-    from gpudoctor import kb
-    from gpudoctor.explain import list_json
+    from gpudoctor.knowledge import kb
+    from gpudoctor.explain.explanation import list_json
 
     alias = Format.json if as_json else Format.md if markdown else None
     if alias is not None and fmt not in (None, alias):
@@ -441,7 +441,7 @@ def parse_seconds(text: str) -> float:
         raise typer.BadParameter(f"{text}: not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise typer.BadParameter(f"{text}: must be a positive, finite number of seconds")
-    from gpudoctor.protocol import MAX_TIMEOUT_S  # the runner's own limit: one number for both
+    from gpudoctor.scan.protocol import MAX_TIMEOUT_S  # the runner's own limit: one number for both
 
     if value > MAX_TIMEOUT_S:
         raise typer.BadParameter(f"{text}: more than an hour ({MAX_TIMEOUT_S:g} s) per probe is not a limit")
@@ -526,7 +526,7 @@ class _ScanProgress:
             self.console.print(Text(text), soft_wrap=True, highlight=False)
 
     def __call__(self, event: Any) -> None:
-        from gpudoctor.runner import TORCH_READY
+        from gpudoctor.scan.runner import TORCH_READY
         from gpudoctor.safetext import visible
 
         probe = visible(event.probe, 100)
@@ -592,7 +592,7 @@ def scan(
     workers of the target interpreter; the verdict comes first and last."""
     from rich.console import Console
 
-    from gpudoctor import runner
+    from gpudoctor.scan import runner
 
     outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")],
                            inputs=probe_file)
@@ -703,7 +703,7 @@ def lint(
 def _list_probes(options: Any, out: Output, stderr: Any) -> None:
     import json
 
-    from gpudoctor import runner
+    from gpudoctor.scan import runner
     from gpudoctor.safetext import visible
 
     try:
@@ -740,7 +740,7 @@ def _list_probes(options: Any, out: Output, stderr: Any) -> None:
 # --- the commands, in the order `gpudoctor --help` lists them -------------------------------------
 
 from gpudoctor.fleet.command import register as _register_fleet  # noqa: E402
-from gpudoctor.ticket_cli import register as _register_ticket_commands  # noqa: E402
+from gpudoctor.ticket.command import register as _register_ticket_commands  # noqa: E402
 
 app.command(help=command_help(scan))(scan)
 app.command(help=command_help(explain))(explain)
@@ -754,7 +754,7 @@ def main() -> None:
     # The console script (gpudoctor.entry) has started a scan's worker before importing this
     # module; a caller that comes straight here still gets it. Other commands import nothing.
     if sys.argv[1:2] == ["scan"]:
-        from gpudoctor.spawn import early_start
+        from gpudoctor.scan.spawn import early_start
 
         early_start()
     app()

@@ -2,7 +2,7 @@
 
 A scan's first worker imports torch, which takes most of a CPU scan's time. Started here, before
 this process imports typer, rich and the CLI (~0.2 s), the two imports overlap. Only `scan`
-reaches `gpudoctor.spawn`: every other command (`explain` above all, whose start-up is measured)
+reaches `gpudoctor.scan.spawn`: every other command (`explain` above all, whose start-up is measured)
 pays one list look-up here and starts nothing. Standard library only.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "scan":
-        from gpudoctor.spawn import early_start
+        from gpudoctor.scan.spawn import early_start
 
         early_start()
     from gpudoctor.cli import main as cli_main

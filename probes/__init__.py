@@ -2,6 +2,12 @@
 
 `BUILTIN` is the one explicit registry; a test pins it against the modules in this folder. Loading
 a probe module reads its SPEC only: probe modules import torch inside `run`, never at import.
+
+Probe modules run in a scan's worker, in the target interpreter. May import: the standard
+library, `base`, this package's private helpers (`_attention`) and gpudoctor.scan.fatbin, nothing
+else of gpudoctor. `base` (the probe contract: spec, context, status, finding) imports nothing.
+Imported by: gpudoctor.scan (the worker runs them; the runner reads their specs), gpudoctor.reports
+(`base`: statuses and findings), gpudoctor.ticket and gpudoctor.reports.diff (the registry).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ that runs on this GPU?
 
 Predicts "no kernel image is available for execution on the device" before any kernel launches.
 torch answers from `torch.cuda.get_arch_list()`; every other library answers from the fatbinary
-embedded in its shared objects (read by `gpudoctor.fatbin`, headers only): xformers, flash_attn
+embedded in its shared objects (read by `gpudoctor.scan.fatbin`, headers only): xformers, flash_attn
 (and its top-level `flash_attn_2_cuda*.so`), flash_attn_3, sageattention, bitsandbytes, torch's
 own `lib/libtorch_cuda*.so`, JIT-built torch extensions, and any other `*.so` under site-packages
 with a `.nv_fatbin` section. The scan is bounded in files and time.
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from gpudoctor import fatbin
+from gpudoctor.scan import fatbin
 from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, counted, error_text
 
 SPEC = ProbeSpec(

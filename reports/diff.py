@@ -103,7 +103,7 @@ def detectable_by(probe: str, kb: Iterable[Any] | None = None,
                   emits: Mapping[str, Iterable[str]] | None = None) -> set[str]:
     """The ids `probe` can detect: entries that list it in `probes`, and its SPEC's `emits`."""
     if kb is None:
-        from gpudoctor.kb import load_all
+        from gpudoctor.knowledge.kb import load_all
 
         kb = load_all()
     if emits is None:
@@ -371,7 +371,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], *, name_a: str = "A", nam
                  kb: Iterable[Any] | None = None, emits: Mapping[str, Iterable[str]] | None = None) -> Diff:
     """Compare two report dicts (already validated) and rank what differs (module docstring)."""
     if kb is None:
-        from gpudoctor.kb import load_all
+        from gpudoctor.knowledge.kb import load_all
 
         kb = load_all()
     kb = tuple(kb)

@@ -60,7 +60,7 @@ import re
 import socket
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from gpudoctor.torchenv import allowed_env_name
+from gpudoctor.scan.torchenv import allowed_env_name
 
 MASK = "<redacted>"  # a whole value hidden without a pseudonym (for callers that need one)
 

@@ -1,5 +1,5 @@
 """Renderers: a `Report` as a terminal page (rich), as JSON, and as Markdown for a bug ticket.
-(`gpudoctor explain`'s renderers live with the explanation, in gpudoctor.explain.)
+(`gpudoctor explain`'s renderers live with the explanation, in gpudoctor.explain.explanation.)
 
 The three report renderers are siblings behind `RENDERERS` (one per name in `FORMATS`); a test
 proves every format is handled. Renderers never print on their own and never decide on colour: the
@@ -22,7 +22,7 @@ visible) and bounded (`SUMMARY_LIMIT` and friends) in every renderer, so a 20 MB
 renders in bounded time; Markdown escapes it (gpudoctor.reports.markdown) so that it cannot open
 HTML, links, mentions, tables or code fences of its own.
 
-A finding's fix and patch come from the knowledge base (`gpudoctor.kb.load_entry`), looked up when
+A finding's fix and patch come from the knowledge base (`gpudoctor.knowledge.kb.load_entry`), looked up when
 rendering; when an entry is missing or the knowledge base cannot load, the finding still shows its id
 and the command `gpudoctor explain ID`. `kb=` replaces the lookup (tests pin output with it).
 
@@ -96,7 +96,7 @@ _KEY_PACKAGES = (
 def load_kb_entry(kb_id: str) -> Any:
     """The knowledge-base entry for `kb_id`, or None when it is missing or the base cannot load."""
     try:
-        from gpudoctor.kb import load_entry
+        from gpudoctor.knowledge.kb import load_entry
 
         return load_entry(kb_id)
     except Exception:  # a broken entry file must not stop a report from rendering

@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from gpudoctor import fatbin
+from gpudoctor.scan import fatbin
 from gpudoctor.probes import arch_compat
 from gpudoctor.probes.base import ProbeContext, Status
 

@@ -143,7 +143,7 @@ def test_invocation_and_results_share_one_set_of_placeholders(tmp_path, monkeypa
     # they get two placeholders (redacted apart, both would be <host-1>).
     import re
 
-    from gpudoctor import runner
+    from gpudoctor.scan import runner
     from gpudoctor.probes.base import Status
     from gpudoctor.reports.model import ProbeResult, Report
 
@@ -211,8 +211,8 @@ def test_explain_formats_and_aliases(tmp_path):
     old = run("explain", "cuda-oom", "--json")
     assert as_json.exit_code == old.exit_code == 0 and as_json.stdout == old.stdout
     assert json.loads(as_json.stdout)["entry"]["id"] == "cuda-oom"
-    from gpudoctor import explain as ex
-    from gpudoctor import kb
+    from gpudoctor.explain import explanation as ex
+    from gpudoctor.knowledge import kb
 
     md = run("explain", "cuda-oom", "--format", "md")
     # One Markdown renderer for explain: the explanation's own.
@@ -221,7 +221,7 @@ def test_explain_formats_and_aliases(tmp_path):
     out = tmp_path / "explain.md"
     assert run("explain", "cuda-oom", "-o", str(out)).exit_code == 0 and "**Fix:**" in out.read_text()
     text = run("explain", "cuda-oom")
-    assert text.exit_code == 0 and "cuda-oom: the full story" in text.stdout  # gpudoctor.explain.render_text
+    assert text.exit_code == 0 and "cuda-oom: the full story" in text.stdout  # gpudoctor.explain.explanation.render_text
     quiet = run("explain", "RuntimeError: CUDA error: misaligned address", "-q")
     assert quiet.exit_code == 0 and quiet.stdout.splitlines()[0].startswith("misaligned-address  ")
     unknown = run("explain", "no-such-id", "--format", "json")
@@ -360,7 +360,7 @@ def test_progress_is_richs_and_shows_the_device_the_probe_runs_on():
 
     from gpudoctor.probes.base import Status
     from gpudoctor.reports.model import ProbeResult
-    from gpudoctor.runner import ScanEvent
+    from gpudoctor.scan.runner import ScanEvent
 
     result = ProbeResult("sdpa-backends", "SDPA", Status.PASS, "ok", 0.25, "cpu")
     events = [ScanEvent("status", message="importing torch"),

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpudoctor.cli import app
-from gpudoctor.explain import EXPLAIN_SCHEMA_VERSION
+from gpudoctor.explain.explanation import EXPLAIN_SCHEMA_VERSION
 
 runner = CliRunner()
 MISALIGNED = "RuntimeError: CUDA error: misaligned address\n"
@@ -187,10 +187,10 @@ def test_explain_by_id_reads_one_entry_without_the_matcher(fmt):
     """Start-up (benchmarks/bench_explain.py): by id, neither the matcher nor the text reader nor
     the report renderers load; pasted text does load the matcher."""
     mods = _modules_after_explain("misaligned-address", "--format", fmt)
-    assert "gpudoctor.kb" in mods and "gpudoctor.explain" in mods
-    assert not mods & {"gpudoctor.matcher", "gpudoctor.textinput", "gpudoctor.predicates", "gpudoctor.reports.render",
-                       "gpudoctor.runner", "torch"}
-    assert "gpudoctor.matcher" in _modules_after_explain("RuntimeError: CUDA error: misaligned address")
+    assert "gpudoctor.knowledge.kb" in mods and "gpudoctor.explain.explanation" in mods
+    assert not mods & {"gpudoctor.explain.matcher", "gpudoctor.explain.textinput", "gpudoctor.knowledge.predicates", "gpudoctor.reports.render",
+                       "gpudoctor.scan.runner", "torch"}
+    assert "gpudoctor.explain.matcher" in _modules_after_explain("RuntimeError: CUDA error: misaligned address")
 
 
 def test_python_dash_m_entry_point():
@@ -256,7 +256,7 @@ EXIT = {"id": 0, "match": 0, "no-match": 1, "empty": 2}
 
 def _check_content(mode: str, outcome: str, r) -> None:
     out, err = r.stdout, r.stderr
-    from gpudoctor import kb
+    from gpudoctor.knowledge import kb
 
     title = kb.load_entry("misaligned-address").title
     if outcome == "empty":

@@ -20,7 +20,7 @@ import termios
 
 import pytest
 
-from gpudoctor.kb import load_entry
+from gpudoctor.knowledge.kb import load_entry
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "cli_probes" / "findings.py"
 # The scan's worker imports torch first; without it the verdict is torch-import-failed, not the page

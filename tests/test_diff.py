@@ -9,7 +9,7 @@ import pathlib
 import pytest
 from typer.testing import CliRunner
 
-from gpudoctor import kb
+from gpudoctor.knowledge import kb
 from gpudoctor.cli import app
 from gpudoctor.reports import diff as rdiff
 

@@ -121,7 +121,8 @@ def test_the_probe_table_is_the_registry():
 
 
 def test_the_schema_versions_are_the_code_s():
-    from gpudoctor import explain, ticket
+    from gpudoctor.explain import explanation as explain
+    from gpudoctor.ticket import bundle as ticket
     from gpudoctor.fleet import model as fleet
     from gpudoctor.lint import render as lint
     from gpudoctor.reports import diff, model
@@ -174,7 +175,7 @@ def test_troubleshooting_leads_from_symptoms_to_commands():
     for symptom in ("xformers-build-mismatch", "slow on one node", "misaligned address"):
         assert symptom in titles, symptom
     # Every id it names is a knowledge-base entry.
-    from gpudoctor import kb
+    from gpudoctor.knowledge import kb
 
     ids = {e.id for e in kb.load_all()}
     for kb_id in re.findall(r"gpudoctor explain ([a-z0-9]+(?:-[a-z0-9]+)+)\b", text):

@@ -22,7 +22,7 @@ def init(self, args, *a, **k):
     real_init(self, args, *a, **k)
 subprocess.Popen.__init__ = init
 if sys.argv[1] == "scan":
-    import gpudoctor.spawn as spawn
+    import gpudoctor.scan.spawn as spawn
     real_launch = spawn.launch
     def launch(python, torch="no"):
         seen["launch"].append({"torch": torch, "typer": "typer" in sys.modules, "rich": "rich" in sys.modules,
@@ -31,7 +31,7 @@ if sys.argv[1] == "scan":
     spawn.launch = launch
 @atexit.register
 def report():
-    seen["spawn_imported"] = "gpudoctor.spawn" in sys.modules
+    seen["spawn_imported"] = "gpudoctor.scan.spawn" in sys.modules
     sys.stderr.write("\nSEEN " + json.dumps(seen) + "\n")
 sys.argv = ["gpudoctor", *sys.argv[1:]]
 from gpudoctor.entry import main

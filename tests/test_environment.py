@@ -1,6 +1,6 @@
-"""Tests for the environment report: the parent half (gpudoctor.environment, no torch) against this
+"""Tests for the environment report: the parent half (gpudoctor.scan.environment, no torch) against this
 interpreter, broken interpreters and a fake NVML library, and the worker half
-(gpudoctor.torchenv) against the real torch installed here and synthetic library layouts."""
+(gpudoctor.scan.torchenv) against the real torch installed here and synthetic library layouts."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -13,9 +13,9 @@ import types
 
 import pytest
 
-from gpudoctor import environment as envmod
-from gpudoctor import torchenv
-from gpudoctor.environment import (
+from gpudoctor.scan import environment as envmod
+from gpudoctor.scan import torchenv
+from gpudoctor.scan.environment import (
     collect_environment,
     decode_throttle,
     detect_container,
@@ -24,7 +24,7 @@ from gpudoctor.environment import (
     nvml_device_count,
     nvml_info,
 )
-from gpudoctor.torchenv import cuda_libraries, cuda_unavailable_reason, env_vars, parse_maps, torch_environment
+from gpudoctor.scan.torchenv import cuda_libraries, cuda_unavailable_reason, env_vars, parse_maps, torch_environment
 
 
 def _script(tmp_path, body: str) -> str:
@@ -59,7 +59,7 @@ def test_collect_environment_does_not_import_torch_in_the_parent(tmp_path):
     import subprocess
 
     code = (
-        "import sys; from gpudoctor.environment import collect_environment; "
+        "import sys; from gpudoctor.scan.environment import collect_environment; "
         f"collect_environment({sys.executable!r}); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -457,7 +457,7 @@ def test_modules_stay_import_light():
     # The worker module must not pull in anything outside the standard library at import time.
     import subprocess
 
-    code = "import sys; import gpudoctor.torchenv, gpudoctor.environment; print(sorted(m for m in ('torch', 'pynvml', 'rich', 'typer') if m in sys.modules))"
+    code = "import sys; import gpudoctor.scan.torchenv, gpudoctor.scan.environment; print(sorted(m for m in ('torch', 'pynvml', 'rich', 'typer') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
     assert envmod.PACKAGES and torchenv.ENV_ALLOWLIST

@@ -16,9 +16,9 @@ import json
 import pytest
 from rich.console import Console
 
-from gpudoctor import kb
-from gpudoctor.explain import Explanation, render_markdown, render_text, to_json
-from gpudoctor.matcher import CONFIDENT, match_chunks, match_text
+from gpudoctor.knowledge import kb
+from gpudoctor.explain.explanation import Explanation, render_markdown, render_text, to_json
+from gpudoctor.explain.matcher import CONFIDENT, match_chunks, match_text
 
 
 def best(text: str):

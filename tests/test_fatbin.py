@@ -1,4 +1,4 @@
-"""Tests for gpudoctor.fatbin: the fatbinary reader (on a committed nvcc-built fixture, on binaries
+"""Tests for gpudoctor.scan.fatbin: the fatbinary reader (on a committed nvcc-built fixture, on binaries
 nvcc builds here with chosen -gencode sets, on damaged and synthetic files) and the rules that say
 which GPU runs which code."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gpudoctor import fatbin
-from gpudoctor.fatbin import CodeTarget, coverage, parse_target, read_fatbin, runs_on
+from gpudoctor.scan import fatbin
+from gpudoctor.scan.fatbin import CodeTarget, coverage, parse_target, read_fatbin, runs_on
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "fatbin" / "gd_add.o"
 SOURCE = FIXTURE.with_suffix(".cu")

@@ -274,7 +274,7 @@ def test_a_scan_stopped_by_torchrun_is_a_termination_not_a_failed_scan():
     # under --distributed that is torchrun tearing the job down: the rank publishes "terminated".
     import types
 
-    from gpudoctor import runner
+    from gpudoctor.scan import runner
     from gpudoctor.fleet import distributed
 
     def interrupted(options, progress=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpudoctor import environment
+from gpudoctor.scan import environment
 from gpudoctor.fleet.launch import launcher_info, nccl_env, nccl_plugins, network_ports, node_environment
 from gpudoctor.reports.redact import Redactor, redact_report
 

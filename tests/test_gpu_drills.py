@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from gpudoctor.probes.base import Status
-from gpudoctor.runner import ScanOptions, run_scan
+from gpudoctor.scan.runner import ScanOptions, run_scan
 
 from test_scan_hardening import FAKES, tag, tagged  # noqa: F401  (tag is a fixture)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import kb
-from gpudoctor.matcher import CONFIDENT, match_text
+from gpudoctor.knowledge import kb
+from gpudoctor.explain.matcher import CONFIDENT, match_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEV = sorted((FIXTURES / "dev").glob("*/*.txt"))

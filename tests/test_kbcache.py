@@ -1,4 +1,4 @@
-"""The knowledge base's keyword index and its cache (gpudoctor.kbcache): a pasted error reads only
+"""The knowledge base's keyword index and its cache (gpudoctor.knowledge.kbcache): a pasted error reads only
 the entries it can match and is ranked exactly as against every entry; a cache that is corrupt,
 hostile, stale, unwritable or written by several processes at once never changes an answer and
 never ends in a traceback."""
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import kb, kbcache
-from gpudoctor.matcher import Matcher, match_text
+from gpudoctor.knowledge import kb
+from gpudoctor.knowledge import kbcache
+from gpudoctor.explain.matcher import Matcher, match_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.50 GiB. GPU 0 has a total "

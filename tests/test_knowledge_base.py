@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from gpudoctor import kb
-from gpudoctor.matcher import Matcher, match_text
+from gpudoctor.knowledge import kb
+from gpudoctor.explain.matcher import Matcher, match_text
 
 ENTRIES = kb.load_all()
 IDS = [e.id for e in ENTRIES]

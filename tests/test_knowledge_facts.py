@@ -14,8 +14,8 @@ import warnings
 
 import pytest
 
-from gpudoctor import kb
-from gpudoctor.fatbin import CodeTarget, coverage, read_fatbin
+from gpudoctor.knowledge import kb
+from gpudoctor.scan.fatbin import CodeTarget, coverage, read_fatbin
 from gpudoctor.lint import archflags
 
 # The GPUs a build "for today's GPUs" must serve: A100, RTX 30xx, RTX 40xx/L4, H100/H200, B200,

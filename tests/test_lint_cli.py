@@ -301,7 +301,7 @@ def _modules_after(args: list[str]) -> set[str]:
 
 def test_explain_of_a_kb_id_does_not_import_the_linter():
     mods = _modules_after(["explain", "misaligned-address"])
-    assert "gpudoctor.kb" in mods and not any(m.startswith("gpudoctor.lint") for m in mods)
+    assert "gpudoctor.knowledge.kb" in mods and not any(m.startswith("gpudoctor.lint") for m in mods)
 
 
 def test_lint_never_imports_torch(tmp_path):

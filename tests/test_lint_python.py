@@ -719,7 +719,7 @@ def test_view_of_a_transposed_parameter_really_fails(tmp_path):
     x = torch.randn(2, 3, 4)
     with pytest.raises(RuntimeError) as exc:
         x.transpose(1, 2).view(x.size(0), -1)
-    from gpudoctor import kb
+    from gpudoctor.knowledge import kb
 
     entry = kb.load_entry("view-stride")
     assert any(p.regex.search(str(exc.value)) for p in entry.patterns if p.role == "anchor")

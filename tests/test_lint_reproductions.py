@@ -9,7 +9,7 @@ import warnings
 import pytest
 from typer.testing import CliRunner
 
-from gpudoctor import kb
+from gpudoctor.knowledge import kb
 from gpudoctor.cli import app
 
 torch = pytest.importorskip("torch")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpudoctor import kb
+from gpudoctor.knowledge import kb
 from gpudoctor.lint import rules
 
 

@@ -1,12 +1,12 @@
-"""The matcher's rules (see gpudoctor.matcher's docstring), first on small synthetic entries so
+"""The matcher's rules (see gpudoctor.explain.matcher's docstring), first on small synthetic entries so
 each rule is tested in isolation, then on the real knowledge base."""
 from __future__ import annotations
 
 import pytest
 
-from gpudoctor import kb
-from gpudoctor.matcher import Matcher, match_chunks, match_text
-from gpudoctor.predicates import parse_size
+from gpudoctor.knowledge import kb
+from gpudoctor.explain.matcher import Matcher, match_chunks, match_text
+from gpudoctor.knowledge.predicates import parse_size
 
 TRAILER = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "

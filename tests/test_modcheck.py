@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import gpudoctor
-from gpudoctor.modcheck import ModuleCheck, check_module
+from gpudoctor.scan.modcheck import ModuleCheck, check_module
 
 
 class Block(nn.Module):

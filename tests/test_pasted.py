@@ -1,11 +1,11 @@
-"""Text as people paste it (gpudoctor.pasted and the matcher): every form is recognised as the
+"""Text as people paste it (gpudoctor.explain.pasted and the matcher): every form is recognised as the
 plain message is, at the same line, and the evidence quotes the user's own line as pasted."""
 from __future__ import annotations
 
 import pytest
 
-from gpudoctor.matcher import match_chunks, match_text
-from gpudoctor.pasted import join_wrapped, normalise
+from gpudoctor.explain.matcher import match_chunks, match_text
+from gpudoctor.explain.pasted import join_wrapped, normalise
 
 DEVICE = "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.HalfTensor) should be the same"
 ILLEGAL = "RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -158,7 +158,7 @@ def test_launch_blocking_child_starts_before_the_in_process_experiment(monkeypat
 
 
 def _scan_async_errors(device: str):
-    from gpudoctor.runner import ScanOptions, run_scan
+    from gpudoctor.scan.runner import ScanOptions, run_scan
 
     report = run_scan(ScanOptions(probes=("async-errors",), device=device, collect_environment=False))
     (result,) = [r for r in report.results if r.probe == "async-errors"]

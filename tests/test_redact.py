@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import torchenv
-from gpudoctor.environment import collect_environment, merge_environment
+from gpudoctor.scan import torchenv
+from gpudoctor.scan.environment import collect_environment, merge_environment
 from gpudoctor.probes.base import Finding, Status
 from gpudoctor.reports import redact as redact_module
 from gpudoctor.reports.model import ProbeResult, Report
@@ -231,7 +231,7 @@ def _real_report() -> Report:
 
 
 def torch_environment(torch):
-    from gpudoctor.torchenv import torch_environment as collect
+    from gpudoctor.scan.torchenv import torch_environment as collect
 
     return collect(torch)
 

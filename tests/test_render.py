@@ -17,7 +17,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from rich.console import Console
 
-from gpudoctor.environment import collect_environment, merge_environment
+from gpudoctor.scan.environment import collect_environment, merge_environment
 from gpudoctor.probes.base import Finding, Status
 from gpudoctor.reports.model import SCHEMA_VERSION, ProbeResult, Report, ReportFormatError
 from gpudoctor.reports.render import (
@@ -266,12 +266,12 @@ def test_malformed_reports_are_refused_with_one_line(data, message):
 
 def test_knowledge_base_lookup_degrades(monkeypatch):
     assert load_kb_entry("no-such-entry-anywhere") is None
-    import gpudoctor.kb
+    import gpudoctor.knowledge.kb
 
     def broken(_name):
-        raise gpudoctor.kb.KnowledgeBaseError("bad.toml: missing field 'title'")
+        raise gpudoctor.knowledge.kb.KnowledgeBaseError("bad.toml: missing field 'title'")
 
-    monkeypatch.setattr(gpudoctor.kb, "load_entry", broken)
+    monkeypatch.setattr(gpudoctor.knowledge.kb, "load_entry", broken)
     assert load_kb_entry("cuda-oom") is None
     out = _terminal(_sample(), verbose=True)  # the default lookup, now failing
     assert "gpudoctor explain xformers-flash-invalid-argument" in out
@@ -285,14 +285,14 @@ def test_terminal_colour_follows_the_console():
 
 
 def test_explanation_markdown_is_explains_own_and_inert():
-    """`explain --format md` has one renderer, gpudoctor.explain.render_markdown (reports.render
+    """`explain --format md` has one renderer, gpudoctor.explain.explanation.render_markdown (reports.render
     renders reports only): untrusted evidence is escaped, the knowledge base's prose keeps its code
     spans but not stray HTML, the patch is fenced whole."""
-    from gpudoctor import explain as ex
-    from gpudoctor.kb import load_entry
-    from gpudoctor.matcher import match_chunks
+    from gpudoctor.explain import explanation as ex
+    from gpudoctor.knowledge.kb import load_entry
+    from gpudoctor.explain.matcher import match_chunks
     from gpudoctor.reports import render
-    from gpudoctor.textinput import iter_text
+    from gpudoctor.explain.textinput import iter_text
 
     assert not hasattr(render, "render_explanation_markdown")
     text = "[rank0]: RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float <b>"
@@ -318,7 +318,7 @@ def test_explanation_markdown_is_explains_own_and_inert():
 
 def test_schema_validates_a_real_report_from_this_machine():
     torch = pytest.importorskip("torch")
-    from gpudoctor.torchenv import torch_environment
+    from gpudoctor.scan.torchenv import torch_environment
 
     env = merge_environment(collect_environment(sys.executable), torch_environment(torch))
     results = [

@@ -13,8 +13,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpudoctor import kb  # noqa: E402
-from gpudoctor.matcher import Matcher  # noqa: E402
+from gpudoctor.knowledge import kb  # noqa: E402
+from gpudoctor.explain.matcher import Matcher  # noqa: E402
 
 
 def halves(entry_id: str) -> tuple[str, str]:

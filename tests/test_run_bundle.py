@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from gpudoctor import pytrace, ticket
-from gpudoctor.kb import parse_entry
-from gpudoctor.matcher import Match
+from gpudoctor.ticket import pytrace
+from gpudoctor.ticket import bundle as ticket
+from gpudoctor.knowledge.kb import parse_entry
+from gpudoctor.explain.matcher import Match
 from gpudoctor.reports.model import report_from_dict
 from gpudoctor.reports.redact import Redactor
-from gpudoctor.runcmd import Record, RunResult
+from gpudoctor.ticket.runcmd import Record, RunResult
 from run_helpers import gpudoctor, needs_torch, script
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
@@ -260,7 +261,7 @@ def test_cli_bundle_from_a_real_torch_failure(tmp_path):
     jsonschema.validate(scan, load_schema())
     assert scan["redacted"] is True
     # Only the probes the explanation points at ran (dtype-mismatch: device-conformance, matmul-sanity).
-    from gpudoctor.kb import load_entry
+    from gpudoctor.knowledge.kb import load_entry
 
     assert {r["probe"] for r in scan["results"]} == set(load_entry("dtype-mismatch").probes)
     run = json.loads((bundle / "run.json").read_text())
@@ -347,7 +348,9 @@ def test_bundle_files_share_one_set_of_placeholders(tmp_path, monkeypatch):
     import re
     import subprocess
 
-    from gpudoctor import runcmd, runner, ticket_cli
+    from gpudoctor.ticket import runcmd
+    from gpudoctor.scan import runner
+    from gpudoctor.ticket import command as ticket_cli
     from gpudoctor.probes.base import Status
     from gpudoctor.reports.model import ProbeResult, Report
     from gpudoctor.reports.redact import redact

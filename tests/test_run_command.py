@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gpudoctor import runcmd
+from gpudoctor.ticket import runcmd
 from run_helpers import GPUDOCTOR, PtySession, gpudoctor, needs_torch, script, set_size
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes, signals and ptys")

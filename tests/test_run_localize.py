@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpudoctor import ticket
+from gpudoctor.ticket import bundle as ticket
 from run_helpers import gpudoctor, needs_torch, script
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")

@@ -1,10 +1,10 @@
-"""Reading Python tracebacks and C++ stack traces out of program output (gpudoctor.pytrace)."""
+"""Reading Python tracebacks and C++ stack traces out of program output (gpudoctor.ticket.pytrace)."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from gpudoctor import pytrace
+from gpudoctor.ticket import pytrace
 
 SIMPLE = """\
 loading

@@ -13,10 +13,10 @@ import sysconfig
 
 import pytest
 
-from gpudoctor import runner
+from gpudoctor.scan import runner
 from gpudoctor.probes.base import Status
-from gpudoctor.runner import ScanOptions, UsageError, run_scan
-from gpudoctor.worker import jsonable
+from gpudoctor.scan.runner import ScanOptions, UsageError, run_scan
+from gpudoctor.scan.worker import jsonable
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
 
@@ -294,7 +294,7 @@ class _FakeNvml:
 
 
 def _scan_with(monkeypatch, nv, uuids):
-    monkeypatch.setattr("gpudoctor.environment._nvml", lambda: (nv.nvmlInit(), nv)[1])
+    monkeypatch.setattr("gpudoctor.scan.environment._nvml", lambda: (nv.nvmlInit(), nv)[1])
     scan = runner._Scan(ScanOptions(), sys.executable, None)
     scan.torch_info = {"cuda_available": True}
     scan.hello = {"device_uuids": uuids}
@@ -308,7 +308,7 @@ def test_memory_budget_uses_one_nvml_session_and_the_device_uuid(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     scan = _scan_with(monkeypatch, nv, ["bbbbbbbb-0000-0000-0000-000000000000",
                                         "aaaaaaaa-0000-0000-0000-000000000000"])
-    from gpudoctor.environment import nvml_info
+    from gpudoctor.scan.environment import nvml_info
 
     assert nvml_info(session=scan.nvml)["device_count"] == 2  # the environment's read, same session
     entry = {"gpu_memory_mib": 512, "needs": ["torch"]}
@@ -351,7 +351,7 @@ def test_memory_check_says_so_when_the_gpu_cannot_be_known(monkeypatch):
     (2, None, {"CUDA_VISIBLE_DEVICES": "0,1"}, None, ("unknown", "has no entry 2")),
 ])
 def test_cuda_to_nvml(index, uuid, env, names, expected):
-    from gpudoctor.environment import cuda_to_nvml
+    from gpudoctor.scan.environment import cuda_to_nvml
 
     kind, value = cuda_to_nvml(index, uuid, env, names)
     assert kind == expected[0]
@@ -362,7 +362,7 @@ def test_cuda_to_nvml(index, uuid, env, names, expected):
 
 
 def test_nvml_uuid_prefix_and_mig_lookup(monkeypatch):
-    from gpudoctor.environment import NvmlSession
+    from gpudoctor.scan.environment import NvmlSession
 
     nv = _FakeNvml()
     nv.nvmlDeviceGetMaxMigDeviceCount = lambda h: 1 if h == 1 else 0
@@ -370,7 +370,7 @@ def test_nvml_uuid_prefix_and_mig_lookup(monkeypatch):
     nv.free = (1 << 30, 2 << 30, 3 << 30)
     nv.uuids = (*nv.uuids, "MIG-cccccccc-1111-2222-3333-444444444444")
     nv.nvmlDeviceGetCount = lambda: 2
-    monkeypatch.setattr("gpudoctor.environment._nvml", lambda: (nv.nvmlInit(), nv)[1])
+    monkeypatch.setattr("gpudoctor.scan.environment._nvml", lambda: (nv.nvmlInit(), nv)[1])
     session = NvmlSession()
     assert session.free_memory(("uuid", "bbbbbbbb")) == 2 << 30  # a prefix, as CUDA accepts
     assert session.free_memory(("uuid", "cccccccc111122223333444444444444")) == 3 << 30  # a MIG instance
@@ -380,7 +380,7 @@ def test_nvml_uuid_prefix_and_mig_lookup(monkeypatch):
 
 
 def test_context_poisoned_syncs_the_probes_own_device():
-    from gpudoctor.worker import _context_poisoned
+    from gpudoctor.scan.worker import _context_poisoned
 
     synced = []
 
@@ -414,7 +414,7 @@ def test_context_poisoned_syncs_the_probes_own_device():
 def test_a_probe_that_raises_a_sticky_cuda_error_ends_its_worker(text, restart):
     import types
 
-    from gpudoctor.worker import run_task
+    from gpudoctor.scan.worker import run_task
 
     def run(ctx):
         raise RuntimeError(text)

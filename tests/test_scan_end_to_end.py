@@ -10,7 +10,8 @@ import sys
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpudoctor import kb, probes
+from gpudoctor import probes
+from gpudoctor.knowledge import kb
 from gpudoctor.reports.render import load_schema
 
 torch = pytest.importorskip("torch")

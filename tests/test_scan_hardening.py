@@ -16,11 +16,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from gpudoctor import protocol, runner
+from gpudoctor.scan import protocol
+from gpudoctor.scan import runner
 from gpudoctor.cli import app
 from gpudoctor.probes.base import Status
 from gpudoctor.reports.model import ProbeResult
-from gpudoctor.runner import ScanOptions, UsageError, run_scan
+from gpudoctor.scan.runner import ScanOptions, UsageError, run_scan
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
 TAG = "GPUDOCTOR_TEST_TAG"

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from gpudoctor import textinput
-from gpudoctor.textinput import InputError, iter_file, iter_stream, iter_text
+from gpudoctor.explain import textinput
+from gpudoctor.explain.textinput import InputError, iter_file, iter_stream, iter_text
 
 MISALIGNED = b"RuntimeError: CUDA error: misaligned address\n"
 # A subprocess running the real CLI with a short FIFO deadline (the default is WAIT_S).
 _CLI = (
-    "import sys\nfrom gpudoctor import textinput\ntextinput.WAIT_S = float(sys.argv[1])\n"
+    "import sys\nfrom gpudoctor.explain import textinput\ntextinput.WAIT_S = float(sys.argv[1])\n"
     "textinput.MAX_BYTES = int(sys.argv[2])\nfrom gpudoctor.cli import main\n"
     "sys.argv = ['gpudoctor', 'explain', '--json'] + sys.argv[3:]\nmain()\n"
 )
@@ -95,7 +95,7 @@ def test_stdin_over_the_cap_keeps_its_end():
 
 
 def test_lines_found_in_the_tail_of_a_piped_log_are_numbered_as_in_the_whole_log():
-    from gpudoctor.matcher import match_chunks
+    from gpudoctor.explain.matcher import match_chunks
 
     data = _noise(2000) + MISALIGNED + _noise(3)
     [match] = [m for m in match_chunks(iter_stream(io.BytesIO(data), name="standard input", max_bytes=50_000))
@@ -125,7 +125,7 @@ def test_a_real_pipe_over_the_cap_keeps_its_end():
 def test_real_stdin_over_100_mb_keeps_the_tail_in_bounded_memory():
     """The README's `python train.py 2>&1 | gpudoctor explain -` with 120 MiB of output."""
     code = (
-        "import sys\nfrom gpudoctor.textinput import iter_stream, MAX_BYTES\n"
+        "import sys\nfrom gpudoctor.explain.textinput import iter_stream, MAX_BYTES\n"
         "chunks = iter_stream(sys.stdin.buffer, name='standard input')\nn = 0\nlast = ''\n"
         "for c in chunks:\n    n += len(c)\n    last = c[-200:]\n"
         "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"

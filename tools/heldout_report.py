@@ -35,7 +35,7 @@ def body(path: pathlib.Path) -> str:
 
 
 def measure(folder: pathlib.Path, round_: str | None = None) -> dict[str, object]:
-    from gpudoctor.matcher import match_text
+    from gpudoctor.explain.matcher import match_text
 
     rows = []
     for expected, path in cases(folder, round_):

@@ -25,12 +25,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.kb import Entry
+from gpudoctor.knowledge.kb import Entry
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpudoctor.matcher import Match
+    from gpudoctor.explain.matcher import Match
 
 EXPLAIN_SCHEMA_VERSION = "1.1"
 _EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut it at words)

@@ -12,11 +12,11 @@ The rules, in order:
    million times adds nothing after the first few), and a pattern sees at most `_WINDOW`
    characters either side of its keyword, so no line, however long, costs more than a bounded
    amount of work. A pasted error (one chunk up to `_LAZY_CHARS`) is matched against only the
-   entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.kbcache),
+   entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.knowledge.kbcache),
    which ranks it exactly as all entries would: an entry without a keyword in the text has no
    line to match.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
-   gpudoctor.predicates) holds for the values it captured; the predicate's sentence becomes the
+   gpudoctor.knowledge.predicates) holds for the values it captured; the predicate's sentence becomes the
    deciding evidence. When no pattern of a keyword matches a line that holds it, a message
    template still counts, at `_FRAGMENT_FACTOR` of its weight, if the line ends inside it (the
    message cut short: at least 60% of its literal text, at least 20 characters, and its predicate
@@ -61,9 +61,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from gpudoctor.kb import Entry, Pattern, load_all
-from gpudoctor.pasted import join_wrapped, normalise as normalise_pasted
-from gpudoctor.predicates import ENTRY_FACTS, LINE_PREDICATES
+from gpudoctor.knowledge.kb import Entry, Pattern, load_all
+from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
+from gpudoctor.knowledge.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
 _MAX_CANDIDATE_LINES = 8192  # lines holding a needle, per chunk
@@ -149,7 +149,7 @@ class _Hits:
 class _LineIndex:
     """Line numbers of offsets in one chunk, built on first use (most chunks of a log never need it),
     and the chunk's lines as the user wrote them (`original`: the same lines before the pasted
-    forms were undone, gpudoctor.pasted), which the evidence quotes."""
+    forms were undone, gpudoctor.explain.pasted), which the evidence quotes."""
 
     def __init__(self, chunk: str, base: int, original: str | None = None,
                  spans: dict[int, int] | None = None) -> None:
@@ -604,7 +604,7 @@ def _evidence_text(window: str, keyword: str | None) -> str:
 def _prepared(chunk: str) -> tuple[str, str | None, dict[int, int]]:
     """(the chunk as `Matcher.feed` searches it, the chunk as the user wrote it or None when that
     is the same, the wrapped lines joined {line index: input lines}): colours removed, pasted
-    forms undone (gpudoctor.pasted; gutters and wrapped lines only in chunks up to `_JOIN_CHARS`,
+    forms undone (gpudoctor.explain.pasted; gutters and wrapped lines only in chunks up to `_JOIN_CHARS`,
     pasted text rather than a program's log), runs of spaces made one. Every line keeps its
     number."""
     if "\x1b" in chunk:
@@ -621,10 +621,10 @@ def _prepared(chunk: str) -> tuple[str, str | None, dict[int, int]]:
 
 def entries_for(text: str) -> tuple[Entry, ...]:
     """The entries `text` can match: those with a pattern whose keyword occurs in it (rule 1),
-    found in the knowledge base's keyword index (gpudoctor.kbcache) and read alone. A matcher
+    found in the knowledge base's keyword index (gpudoctor.knowledge.kbcache) and read alone. A matcher
     over them ranks `text` exactly as one over every entry does."""
-    from gpudoctor.kb import load_entries
-    from gpudoctor.kbcache import catalogue_index
+    from gpudoctor.knowledge.kb import load_entries
+    from gpudoctor.knowledge.kbcache import catalogue_index
 
     text = _prepared(text)[0]
     lowered: str | None = None
@@ -649,7 +649,7 @@ def match_text(text: str) -> list[Match]:
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
     """The same for input read in chunks that end at line boundaries (large logs). Chunks that
-    know the input's line number of their first line (`gpudoctor.textinput.Chunks.first_line`,
+    know the input's line number of their first line (`gpudoctor.explain.textinput.Chunks.first_line`,
     set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
     so the lines named as evidence are the log's own.
 

@@ -3,7 +3,7 @@
 Error texts reach `gpudoctor explain` through issue trackers, chats, e-mails and editors, which
 change them on the way. Each form below is undone line by line, so that the result has exactly
 the lines of the input, each at its own line number, and the evidence can quote the user's own
-line (gpudoctor.matcher keeps the original beside the normalised text):
+line (gpudoctor.explain.matcher keeps the original beside the normalised text):
 
 - Markdown quotes: `> ` (or `>`, nested `> > `) before every line of a quoted reply.
 - Line-number gutters: `12 | text`, `12: text` or `12  text` from an editor, a CI log viewer or
@@ -19,13 +19,13 @@ line (gpudoctor.matcher keeps the original beside the normalised text):
   is; only these characters, which sources never print, become their ASCII forms.
 
 A message hard-wrapped over several lines (by a terminal, an editor or an e-mail client) is
-joined back by `join_wrapped`, for pasted text (gpudoctor.matcher applies it to inputs up to
+joined back by `join_wrapped`, for pasted text (gpudoctor.explain.matcher applies it to inputs up to
 64 KB): a line that continues the one before it (it starts at the margin with a lower-case
 letter, a parenthesis or a quote, and is not a new record such as `pkg.SomeError:`) is appended to
 it, the lines it came from are left empty, and the spans say which lines each joined line holds.
 A terminal that broke words at a fixed width (most long lines exactly that long) is joined
 without a space. Lines that continue with a capital letter are left to the matcher, which joins
-them when a message template ends inside a line (gpudoctor.matcher, rule 2).
+them when a message template ends inside a line (gpudoctor.explain.matcher, rule 2).
 
 Each step looks for its marker in the whole chunk first (substring tests at C speed), so a
 large log that holds none of them costs a few scans. Standard library only.

@@ -14,4 +14,9 @@
 
 Like the rest of gpudoctor, importing this package does no work: the CLI process never imports
 torch, and `gpudoctor explain` must start fast.
+
+May import: the standard library, gpudoctor.scan (`runner` and `environment`: a scan per rank or
+node; never `worker`), gpudoctor.reports, gpudoctor.output and gpudoctor.safetext. `agent` runs in
+the target interpreter and imports nothing of gpudoctor. Never the CLI layer. Imported by: the CLI
+layer, and gpudoctor.scan.environment (`launch`: the job a scan ran in).
 """

@@ -99,7 +99,7 @@ def scan_distributed(options: Any, outputs: Sequence[Output], quiet: bool = Fals
     scan's planned (and checked) outputs. Every other rank exits 0 whatever happened to
     it: its story is in rank 0's report."""
     from gpudoctor.fleet.distributed import DistributedError, run_distributed
-    from gpudoctor.runner import ScanError
+    from gpudoctor.scan.runner import ScanError
 
     try:
         outcome = run_distributed(options, progress=None if quiet else _Progress(), say=_unless(quiet))

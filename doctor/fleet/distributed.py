@@ -7,7 +7,7 @@ Per rank, in this (CLI) process, which never imports torch:
 
 1. start the agent (gpudoctor.fleet.agent) in the target interpreter: it imports torch while the
    scan runs, connects to torchrun's store and starts beating its heartbeat;
-2. scan the rank's local device with `gpudoctor.runner.run_scan` (cuda:LOCAL_RANK, or the CPU),
+2. scan the rank's local device with `gpudoctor.scan.runner.run_scan` (cuda:LOCAL_RANK, or the CPU),
    probes in their own isolated workers as always;
 3. have the agent's collective worker run the arrival barrier and the communication steps, each
    under a deadline (see gpudoctor.fleet.agent);
@@ -321,7 +321,7 @@ def rank_device(requested: str, local_rank: int) -> str:
     if requested == "cpu":
         return "cpu"
     if requested == "auto":
-        from gpudoctor.environment import nvml_device_count
+        from gpudoctor.scan.environment import nvml_device_count
 
         if not nvml_device_count():
             return "auto"  # no GPU visible: the runner falls back to the CPU and says why
@@ -341,8 +341,8 @@ def run_distributed(options: Any, progress: Callable[[Any], None] | None = None,
                     dist: DistOptions | None = None, merge_options: Any = None,
                     say: Callable[[str], None] | None = None) -> RankOutcome:
     """One rank of a distributed scan (see the module docstring). `options` is the
-    `gpudoctor.runner.ScanOptions` given on the command line; it applies to every rank."""
-    from gpudoctor import runner
+    `gpudoctor.scan.runner.ScanOptions` given on the command line; it applies to every rank."""
+    from gpudoctor.scan import runner
     from gpudoctor.fleet.merge import MergeOptions
 
     ctx = DistContext.from_env()

@@ -5,7 +5,7 @@
 The driver (this process) connects to the cluster (`ray.init(address=RAY_ADDRESS or "auto")`),
 reserves one CPU on every alive node with a STRICT_SPREAD placement group (one bundle per node, so
 no node is scanned twice and none is skipped while it has a free CPU), and runs one task per
-bundle. Each task runs `gpudoctor.runner.run_scan` on its node, with the scan options given on
+bundle. Each task runs `gpudoctor.scan.runner.run_scan` on its node, with the scan options given on
 the command line (`--device all` scans every GPU of the node: the task does not reserve GPUs, so
 it sees all of them; a diagnostic run is best done on an idle cluster). A task that fails or does
 not finish within GPUDOCTOR_FLEET_TIMEOUT seconds (default 3600) costs its node, which the fleet
@@ -42,7 +42,7 @@ def _scan_node(options: dict[str, Any]) -> dict[str, Any]:
         # Ray hides GPUs from tasks that reserved none; a node scan wants all of them.
         if saved is not None and not saved.strip():
             del os.environ["CUDA_VISIBLE_DEVICES"]
-        from gpudoctor import runner
+        from gpudoctor.scan import runner
 
         scan_options = runner.ScanOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
         report = runner.run_scan(dataclasses.replace(scan_options, redact=False))

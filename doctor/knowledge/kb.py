@@ -26,7 +26,7 @@ An entry file `<id>.toml` holds:
     templates_from ids whose message templates this entry also recognises (attention-oom reads
                   cuda-oom's out-of-memory messages, then needs its own evidence)
     min_support   how many `support` patterns (or derived facts) must match besides an anchor
-    facts         derived facts the matcher computes from captured values (see gpudoctor.matcher)
+    facts         derived facts the matcher computes from captured values (see gpudoctor.explain.matcher)
     what          what happened, for a person who just saw the error
     why           the root causes (list)
     fix           ordered steps (list)
@@ -387,7 +387,7 @@ def _when(p: dict[str, Any], where: str) -> str | None:
     when = p.get("when")
     if when is None:
         return None
-    from gpudoctor.predicates import LINE_PREDICATES  # the vocabulary lives beside the matcher
+    from gpudoctor.knowledge.predicates import LINE_PREDICATES  # the vocabulary lives beside the matcher
 
     if when not in LINE_PREDICATES:
         raise KnowledgeBaseError(f"{where}: unknown predicate when={when!r} (known: {sorted(LINE_PREDICATES)})")
@@ -483,7 +483,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         raise KnowledgeBaseError(f"{where}: specificity must be in 0..100")
     facts = _strings(data, "facts", where, default=[])
     if facts:
-        from gpudoctor.predicates import ENTRY_FACTS
+        from gpudoctor.knowledge.predicates import ENTRY_FACTS
 
         unknown = set(facts) - set(ENTRY_FACTS)
         if unknown:
@@ -534,7 +534,7 @@ def _reflow(text: str) -> str:
 
 # The entries ship as package data beside this module (importlib.resources would cost more
 # start-up time than the whole lookup).
-_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "knowledge")
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 
 def _entry_files() -> list[str]:
@@ -632,9 +632,9 @@ def names_of(entries: Iterable[Entry]) -> dict[str, str]:
 
 
 def _names() -> dict[str, str]:
-    """Every id and alias, case-folded, to its id: from the cached index (gpudoctor.kbcache),
+    """Every id and alias, case-folded, to its id: from the cached index (gpudoctor.knowledge.kbcache),
     so that a name or a pasted text that is no name costs no full read of the entries."""
-    from gpudoctor.kbcache import catalogue_index
+    from gpudoctor.knowledge.kbcache import catalogue_index
 
     return catalogue_index().names
 

@@ -5,12 +5,12 @@ Reading and validating every entry (TOML, templates turned into patterns) costs 
 rest of `explain` together. The matcher needs little of it up front: each pattern's literal
 keyword (a line without it cannot match) and the entries that use it. `CatalogueIndex` holds
 that, with every id and alias for name look-ups; the matcher reads the entries whose keywords
-occur in the text (gpudoctor.matcher, rule 1) and nothing else.
+occur in the text (gpudoctor.explain.matcher, rule 1) and nothing else.
 
 The index is derived from the entry files and written to
 `<cache>/gpudoctor/catalogue-<version>-<folder hash>.json` (`<cache>`: $XDG_CACHE_HOME,
 ~/.cache, ~/Library/Caches or %LOCALAPPDATA%), one file per gpudoctor version and knowledge-base
-folder, valid while the entry files and gpudoctor.kb keep their names, sizes and modification
+folder, valid while the entry files and gpudoctor.knowledge.kb keep their names, sizes and modification
 times (`kb.fingerprint`). What the cache may and may not do:
 
 - It only says which entries to read. Patterns, regexes and every word printed come from the
@@ -34,7 +34,7 @@ import stat
 import sys
 from dataclasses import dataclass
 
-from gpudoctor import kb
+from gpudoctor.knowledge import kb
 
 FORMAT = 1
 _MAX_BYTES = 4 * 1024 * 1024  # the index of today's ~40 entries is ~40 KB

@@ -10,4 +10,9 @@ step), `pysource` / `pyflow` / `pyrules` (Python), `cpp` / `cpprules` (C++/CUDA)
 
 Nothing is imported here: `gpudoctor explain` imports `gpudoctor.lint.rules` alone, and only for
 an argument that looks like a lint code.
+
+May import: the standard library, gpudoctor.knowledge, gpudoctor.explain (`explain`: a rule's
+page), gpudoctor.scan.fatbin (`archflags`), gpudoctor.reports.markdown, gpudoctor.output and
+gpudoctor.safetext. Never the rest of gpudoctor.scan, the CLI layer, or torch. Imported by: the
+CLI layer.
 """

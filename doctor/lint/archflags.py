@@ -3,7 +3,7 @@ build-file scanners (CMake, shell scripts, Makefiles, Dockerfiles). The Python s
 cpp_extension.load) collects its flag lists in `pyrules` and judges them here.
 
 nvcc semantics (checked with nvcc 13.0: --dryrun, and real builds read back with cuobjdump and
-gpudoctor.fatbin; tests/test_lint_build.py and tests/test_knowledge_facts.py hold them):
+gpudoctor.scan.fatbin; tests/test_lint_build.py and tests/test_knowledge_facts.py hold them):
   -arch=sm_86 alone                 SASS sm_86 + PTX compute_86 (nvcc's shorthand)
   -arch=sm_90a alone                SASS sm_90a + PTX compute_90a + PTX compute_90 (nvcc 13.0)
   -arch=compute_86 alone            PTX compute_86 only
@@ -15,7 +15,7 @@ TORCH_CUDA_ARCH_LIST "8.6" gives -gencode arch=compute_86,code=sm_86 (no PTX); "
 PTX; "9.0a" gives code=sm_90a. CMake CUDA_ARCHITECTURES "86" is real + virtual (PTX included),
 "86-real" SASS only.
 
-What runs where is `gpudoctor.fatbin.runs_on`: SASS within its major version (minor >= its own),
+What runs where is `gpudoctor.scan.fatbin.runs_on`: SASS within its major version (minor >= its own),
 PTX on its architecture and every newer one, `a` (arch-specific) code on exactly one compute
 capability, `f` (family) code within the major version.
 
@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from gpudoctor.fatbin import CodeTarget, coverage
+from gpudoctor.scan.fatbin import CodeTarget, coverage
 from gpudoctor.lint.model import Edit
 
 FLAG_HINT = re.compile(r"-arch\b|--gpu-architecture|-gencode|--generate-code|arch=compute_|-code\b|--gpu-code|"

@@ -16,7 +16,7 @@ def show_rule(code: str, output: Any) -> int | None:
     doc = describe(code)
     if doc is None:
         return None
-    from gpudoctor import kb
+    from gpudoctor.knowledge import kb
     from gpudoctor.output import Format, emit, emit_text
 
     try:
@@ -25,7 +25,7 @@ def show_rule(code: str, output: Any) -> int | None:
         sys.stderr.write(f"gpudoctor: the knowledge base is damaged: {exc}\n")
         return 2
     if output.fmt is Format.json:
-        from gpudoctor.explain import Explanation, to_dict
+        from gpudoctor.explain.explanation import Explanation, to_dict
 
         # `explain ID`'s JSON (the same schema version and fields) plus the rule.
         data = {**to_dict(Explanation((), entry)), "rule": doc.to_dict()}
@@ -45,7 +45,7 @@ def _text(doc: Any, entry: Any, console: Any) -> None:
     from rich.markup import escape
     from rich.rule import Rule
 
-    from gpudoctor.explain import render_entry
+    from gpudoctor.explain.explanation import render_entry
 
     r = doc.rule
     console.print(Rule(f"[bold]{r.code}[/] {escape(r.name)}: {escape(r.title)}  [dim](gpudoctor lint)[/]", align="left"))
@@ -61,7 +61,7 @@ def _text(doc: Any, entry: Any, console: Any) -> None:
 
 
 def _markdown(doc: Any, entry: Any) -> str:
-    from gpudoctor.explain import Explanation, render_markdown
+    from gpudoctor.explain.explanation import Explanation, render_markdown
     from gpudoctor.reports.markdown import fence
 
     r = doc.rule

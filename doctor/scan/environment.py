@@ -27,8 +27,8 @@ import sys
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
-from gpudoctor.spawn import run_bounded
-from gpudoctor.torchenv import env_vars, na
+from gpudoctor.scan.spawn import run_bounded
+from gpudoctor.scan.torchenv import env_vars, na
 
 # Distributions whose versions matter for attention kernels and CUDA. Every installed `nvidia-*`
 # distribution is added in the target environment.

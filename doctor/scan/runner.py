@@ -1,9 +1,9 @@
 """The isolated probe runner (parent side): `run_scan(options) -> Report`.
 
 Probes never run in this process. They run in worker processes of the target interpreter
-(`ScanOptions.python`, default `sys.executable`), started by `gpudoctor.spawn` with a small bootstrap
-that loads `gpudoctor.worker` from this installation's directories, so the target environment needs
-torch but not gpudoctor. What a worker says is untrusted input (`gpudoctor.protocol` checks and
+(`ScanOptions.python`, default `sys.executable`), started by `gpudoctor.scan.spawn` with a small bootstrap
+that loads `gpudoctor.scan.worker` from this installation's directories, so the target environment needs
+torch but not gpudoctor. What a worker says is untrusted input (`gpudoctor.scan.protocol` checks and
 bounds it). A worker that segfaults, aborts, exits, hangs past the probe's limit or writes garbage
 costs one result (`crashed` / `timed_out`, with the signal or exit code and the stderr tail): the
 runner kills it with everything it started and goes on in a fresh worker.
@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import gpudoctor
-from gpudoctor import protocol, spawn
-from gpudoctor.environment import NvmlSession, collect_environment, cuda_to_nvml, merge_environment
+from gpudoctor.scan import protocol
+from gpudoctor.scan import spawn
+from gpudoctor.scan.environment import NvmlSession, collect_environment, cuda_to_nvml, merge_environment
 from gpudoctor.probes.base import Finding, Status
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import redact

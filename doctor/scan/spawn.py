@@ -64,8 +64,8 @@ for a in sys.argv[1:]:
     p, _, c = n.rpartition('.')
     if p:
         setattr(sys.modules[p], c, m)
-import gpudoctor.worker
-gpudoctor.worker.main([a for a in sys.argv[1:] if a.startswith('--')])
+import gpudoctor.scan.worker
+gpudoctor.scan.worker.main([a for a in sys.argv[1:] if a.startswith('--')])
 """
 
 

@@ -1,7 +1,7 @@
 """The probe worker: runs inside the *target* interpreter and executes probes on the parent's orders.
 
 Standard library and torch only: this module is loaded by a small bootstrap (see
-`gpudoctor.spawn.BOOTSTRAP`) in environments where gpudoctor is not installed, so it must not pull
+`gpudoctor.scan.spawn.BOOTSTRAP`) in environments where gpudoctor is not installed, so it must not pull
 in typer, rich or pynvml.
 
 Protocol, one JSON object per line. The parent writes the configuration as the first line on stdin,
@@ -43,7 +43,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from gpudoctor import protocol
+from gpudoctor.scan import protocol
 from gpudoctor.probes.base import Outcome, ProbeContext, Status, error_text, is_sticky_cuda_error
 
 ENTRY_POINT_GROUP = "gpudoctor.probes"
@@ -202,7 +202,7 @@ def _import_torch(full: bool = True) -> tuple[Any, dict[str, Any]]:
                       "torch_info": {"available": False, "reason": error},
                       "environment": {"torch": {"available": False, "reason": error}} if full else {}}
     import_s = round(time.perf_counter() - started, 3)
-    from gpudoctor.torchenv import device_uuids, torch_environment, torch_summary
+    from gpudoctor.scan.torchenv import device_uuids, torch_environment, torch_summary
 
     environment: dict[str, Any] = {}
     if full:

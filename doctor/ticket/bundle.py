@@ -1,6 +1,6 @@
 """From a failed command to a bug ticket: what `gpudoctor run` does once the command has ended.
 
-    diagnose(result)        the known failures in the output (`gpudoctor.matcher`, ranked as
+    diagnose(result)        the known failures in the output (`gpudoctor.explain.matcher`, ranked as
                             `explain` ranks them) and the Python traceback of the failure
     localize(...)           for an asynchronous CUDA failure: one more run with
                             CUDA_LAUNCH_BLOCKING=1 and TORCH_SHOW_CPP_STACKTRACES=1, and the line
@@ -29,17 +29,17 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from gpudoctor import pytrace
+from gpudoctor.ticket import pytrace
 from gpudoctor.reports import markdown as md
 from gpudoctor.safetext import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpudoctor.kb import Entry
-    from gpudoctor.matcher import Match
+    from gpudoctor.knowledge.kb import Entry
+    from gpudoctor.explain.matcher import Match
     from gpudoctor.reports.model import Report
-    from gpudoctor.runcmd import RunResult
+    from gpudoctor.ticket.runcmd import RunResult
 
 # 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...). 1.2: diagnosis.steps, the
 # fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them.
@@ -117,7 +117,7 @@ def _line_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
 def diagnose(text: str, match: Callable[[Iterable[str]], list] | None = None) -> Diagnosis:
     """The known failures in `text`, best first, and the traceback of the failure."""
     if match is None:
-        from gpudoctor.matcher import match_chunks as match
+        from gpudoctor.explain.matcher import match_chunks as match
     matches = tuple(match(_line_chunks(text)))
     hints = tuple(matches[0].evidence) if matches else ()
     tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), hints)
@@ -200,13 +200,13 @@ def localize(
     **run_options: Any,
 ) -> Localization:
     """Re-run `argv` once with LOCALIZE_ENV and compare where it fails with where `first` blamed.
-    `run` is `gpudoctor.runcmd.run_command` (tests pass another)."""
+    `run` is `gpudoctor.ticket.runcmd.run_command` (tests pass another)."""
     environ = dict(os.environ if environ is None else environ)
     blamed = first.frame
     if environ.get("CUDA_LAUNCH_BLOCKING") == "1":
         return Localization("already-synchronous", {}, blamed, real=blamed)
     if run is None:
-        from gpudoctor.runcmd import run_command as run
+        from gpudoctor.ticket.runcmd import run_command as run
     environ.update(LOCALIZE_ENV)
     result = run(argv, env=environ, **run_options)
     if result.interrupts:
@@ -300,7 +300,7 @@ def entry_brief(entry: "Entry") -> dict[str, Any]:
     """What a ticket shows of a knowledge-base entry: `explain`'s JSON form of it, less the
     corrections (they are about the field notes, which users never see) and with only the public
     references (those with a URL)."""
-    from gpudoctor.explain import entry_to_dict
+    from gpudoctor.explain.explanation import entry_to_dict
 
     data = entry_to_dict(entry)
     data.pop("corrections", None)

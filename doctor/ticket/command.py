@@ -62,7 +62,8 @@ def run(
     The command's output passes through unchanged and gpudoctor exits with its status; on failure
     the diagnosis goes to stderr, --localize finds the line an asynchronous CUDA error really came
     from, and --bundle DIR writes a redacted ticket bundle (ticket.md, run.json, scan.json, output.log)."""
-    from gpudoctor import runcmd, ticket
+    from gpudoctor.ticket import runcmd
+    from gpudoctor.ticket import bundle as ticket
 
     if not command:
         _fail("nothing to run: gpudoctor run [OPTIONS] -- COMMAND [ARGS]...")
@@ -79,7 +80,7 @@ def run(
         except ticket.BundleError as exc:
             _fail(str(exc))
     if python is not None and bundle is not None and not no_scan:
-        from gpudoctor import runner
+        from gpudoctor.scan import runner
 
         try:
             python = runner.resolve_python(python)
@@ -112,7 +113,8 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
                interrupted: Callable[[int], None]) -> None:
     import subprocess
 
-    from gpudoctor import runcmd, ticket
+    from gpudoctor.ticket import runcmd
+    from gpudoctor.ticket import bundle as ticket
 
     redactor = None
     if redact:
@@ -181,7 +183,7 @@ def _isatty(fd: int) -> bool:
 
 
 def _render_ticket(record: dict[str, Any], fmt: Format, verbose: bool) -> str:
-    from gpudoctor import ticket
+    from gpudoctor.ticket import bundle as ticket
     from gpudoctor.output import render_to_text
 
     if fmt is Format.json:
@@ -193,7 +195,8 @@ def _render_ticket(record: dict[str, Any], fmt: Format, verbose: bool) -> str:
 
 def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tuple[Any, tuple[str, ...], Optional[str]]:
     """The bundle's scan: the probes the explanation points at, in the command's interpreter."""
-    from gpudoctor import runner, ticket
+    from gpudoctor.scan import runner
+    from gpudoctor.ticket import bundle as ticket
 
     probes = ticket.scan_probes(diagnosis)
     if not probes:
@@ -293,7 +296,7 @@ def diff(
     """Compare two reports, the causes of changed verdicts first.
 
     Exit 1 when a probe's verdict differs between A and B, 0 when none does."""
-    from gpudoctor.kb import KnowledgeBaseError
+    from gpudoctor.knowledge.kb import KnowledgeBaseError
     from gpudoctor.reports import diff as rdiff
     from gpudoctor.reports import load
     from gpudoctor.reports.redact import redact_report

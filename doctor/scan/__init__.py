@@ -3,6 +3,8 @@ processes of the target interpreter and collect the environment they ran in.
 
 - `runner`: the parent side, `run_scan(options) -> Report`: plans the probes, hands them to
   workers, turns what the workers say (or how they died) into results.
+- `supervise`: one worker process as the runner sees it (pipes, deadlines, its stderr tail, ending
+  it with everything it started) and the signals that stop a scan.
 - `spawn`: starting a worker in the target interpreter (and the console script's early start),
   and ending it with everything it started.
 - `worker`: the child side. It runs in the target interpreter, where gpudoctor is not installed:

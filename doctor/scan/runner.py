@@ -30,14 +30,18 @@ How a scan goes:
 
 This module never imports torch; it reads NVML (one session per scan) only to keep GPU probes off a
 device that lacks the free memory they need.
+
+One worker process (its pipes, deadlines, stderr tail, and ending it with everything it started)
+and the signals that stop a scan live in gpudoctor.scan.supervise; this module is the scheduling.
+It stays above 800 lines because `_Scan` is one state machine (which worker runs what, the
+torch import once, isolated probes last, retries and blame after a death): split, each half would
+need the other's state to be read.
 """
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
-import selectors
 import signal
 import sys
 import threading
@@ -46,17 +50,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import gpudoctor
-from gpudoctor.scan import protocol
-from gpudoctor.scan import spawn
+from gpudoctor.scan import protocol, spawn
+from gpudoctor.scan.supervise import EXIT_GRACE_S, STDERR_TAIL, ScanSignals, Stop, WorkerProcess, ended_how, signame
 from gpudoctor.scan.environment import NvmlSession, collect_environment, cuda_to_nvml, merge_environment
 from gpudoctor.probes.base import Finding, Status
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import redact
 
-STDERR_TAIL = protocol.TEXT_MAX  # characters of stderr kept per crashed probe
-_STDERR_KEEP = 64 << 10  # bytes of a worker's stderr held in memory
-_MAX_LINE = protocol.LINE_MAX  # a protocol line longer than this is garbage
-_EXIT_GRACE_S = 2.0  # how long a worker that closed its channel may take to exit (for its status)
 MAX_TIMEOUT_S = protocol.MAX_TIMEOUT_S
 
 TORCH_IMPORT_PROBE = "torch-import"  # the result that carries a failed torch import
@@ -81,15 +81,8 @@ class ScanInterrupted(ScanError):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.exit_code = 128 + signum
-        self.signal_name = _signame(signum)
+        self.signal_name = signame(signum)
         super().__init__(f"interrupted by {self.signal_name}; the scan was stopped and no report was written")
-
-
-def _signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 @dataclass(frozen=True)
@@ -204,162 +197,6 @@ def _cuda_index(device: str) -> int:
     return int(device.partition(":")[2] or 0)
 
 
-# --- one worker -------------------------------------------------------------------------------
-
-
-def _signal_name(returncode: int) -> tuple[int | None, str | None]:
-    if returncode < 0:
-        return None, _signame(-returncode)
-    return returncode, None
-
-
-def _how(code: tuple[int | None, str | None]) -> str:
-    exit_code, sig = code
-    return f"was killed by {sig}" if sig else f"exited with code {exit_code}"
-
-
-class _Worker:
-    """One worker process and its pipes. Every wait has a deadline; nothing here blocks forever.
-    `doing` is what the worker last said it began ("torch", "load", "run") and has not finished:
-    None means it is between steps."""
-
-    def __init__(self, launched: spawn.Launched, config: dict[str, Any]) -> None:
-        self.launched = launched
-        self.proc = launched.proc
-        self.marker = launched.marker
-        self.selector = selectors.DefaultSelector()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            os.set_blocking(pipe.fileno(), False)
-            self.selector.register(pipe.fileno(), selectors.EVENT_READ)
-        self._out = bytearray()
-        self._err = bytearray()
-        self.err_total = 0  # bytes of stderr seen, for per-probe marks
-        self.doing: tuple[str, str] | None = ("start", "")
-        self.doing_source = ""
-        self.since = launched.started
-        self.used = False
-        self.hello: dict[str, Any] | None = None
-        self.history: list[tuple[int, str]] = []  # (task order, probe id) run here, in order
-        self.suspects: dict[int, list[str]] = {}  # task order -> threads that probe left running
-        self.code: tuple[int | None, str | None] | None = None
-        self.send(config)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, obj: dict[str, Any]) -> bool:
-        try:
-            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, ValueError, OSError):
-            return False
-
-    def event(self, deadline: float) -> dict[str, Any] | str:
-        """The next protocol event, or "eof", "timeout", or "garbage:<text>". `begin` events
-        update `doing`; the caller sees them too (they move its deadline)."""
-        while True:
-            nl = self._out.find(b"\n")
-            if nl >= 0:
-                line = bytes(self._out[:nl])
-                del self._out[: nl + 1]
-                return self._parse(line)
-            if len(self._out) > _MAX_LINE:
-                return "garbage:" + self._out[:200].decode("utf-8", "replace")
-            if self.proc.stdout.fileno() not in self.selector.get_map():
-                return "garbage:" + self._out[:200].decode("utf-8", "replace") if self._out else "eof"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "timeout"
-            self._pump(remaining)
-
-    def _parse(self, line: bytes) -> dict[str, Any] | str:
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            obj = None
-        if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
-            return "garbage:" + line[:200].decode("utf-8", "replace")
-        if obj["event"] == "begin":
-            what, key = obj.get("what"), obj.get("key", "")
-            if what not in ("torch", "load", "run") or not isinstance(key, str):
-                return "garbage:" + line[:200].decode("utf-8", "replace")
-            self.doing, self.since = (what, key), time.monotonic()
-            source = obj.get("source")
-            self.doing_source = protocol.cut(source, 500) if isinstance(source, str) else key
-        elif obj["event"] in ("hello", "catalog", "result", "device"):
-            self.doing, self.since = None, time.monotonic()
-        return obj
-
-    def _pump(self, timeout: float) -> None:
-        for key, _ in self.selector.select(min(timeout, 60.0)):
-            try:
-                data = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self.selector.unregister(key.fd)
-            elif key.fd == self.proc.stdout.fileno():
-                self._out += data
-            else:
-                self.err_total += len(data)
-                self._err += data
-                del self._err[:-_STDERR_KEEP]
-
-    def stderr_tail(self, since: int = 0) -> str:
-        held = min(len(self._err), self.err_total - since)
-        text = bytes(self._err[len(self._err) - held:]).decode("utf-8", "replace") if held > 0 else ""
-        return text[-STDERR_TAIL:]
-
-    def _exited(self, timeout: float) -> bool:
-        """Wait up to `timeout` for the worker to exit *without reaping it*: while it is a zombie
-        its pid and process group id cannot be reused, so killing the group afterwards is safe."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if hasattr(os, "waitid"):
-                try:
-                    if os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG):
-                        return True
-                except ChildProcessError:
-                    return True
-            elif self.proc.poll() is not None:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-
-    def finish(self, grace: float = 0.0) -> tuple[int | None, str | None]:
-        """End the worker and everything it started: wait up to `grace` seconds for it to exit on
-        its own (to learn how it died), then stop and kill its whole tree, reap it, drain stderr.
-        Returns (exit code, signal name). Safe to call twice: the second call only reports."""
-        if self.code is not None:
-            return self.code
-        if grace > 0:
-            self._exited(grace)
-        spawn.end_tree(self.proc.pid, [self.marker])
-        try:
-            returncode = self.proc.wait(timeout=10)
-        except Exception:  # unkillable (stuck in the kernel): report it as such, do not hang
-            returncode = -signal.SIGKILL
-        deadline = time.monotonic() + 1.0
-        try:  # a second call (after a signal cut the first short) finds the pipes closed
-            while self.proc.stderr.fileno() in (self.selector.get_map() or {}) and time.monotonic() < deadline:
-                self._pump(deadline - time.monotonic())
-        except (OSError, ValueError, TypeError):
-            pass
-        self.selector.close()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        self.code = _signal_name(returncode)
-        return self.code
-
-
 # --- the scan ---------------------------------------------------------------------------------
 
 
@@ -399,9 +236,9 @@ class _Scan:
         self.python = python
         self.progress = progress or (lambda event: None)
         self.excluded: dict[str, dict[str, Any]] = {}  # module key -> load error (it killed a worker)
-        self.worker: _Worker | None = None
-        self.spare: _Worker | None = None
-        self.all_workers: list[_Worker] = []
+        self.worker: WorkerProcess | None = None
+        self.spare: WorkerProcess | None = None
+        self.all_workers: list[WorkerProcess] = []
         self.workers_started = 0
         self.hello: dict[str, Any] | None = None  # the first successful torch import's hello
         self.torch_info: dict[str, Any] = {}
@@ -415,7 +252,7 @@ class _Scan:
 
     # --- workers
 
-    def _launch(self, torch: str = "no", mode: str = "scan", claim: bool = False) -> _Worker:
+    def _launch(self, torch: str = "no", mode: str = "scan", claim: bool = False) -> WorkerProcess:
         launched = spawn.claim_early(self.python) if claim else None
         if launched is None:
             try:
@@ -423,11 +260,11 @@ class _Scan:
             except OSError as exc:
                 raise ScanError(f"cannot start {self.python}: {exc}") from None
         self.workers_started += 1
-        worker = _Worker(launched, _worker_config(self.options, mode, self.excluded))
+        worker = WorkerProcess(launched, _worker_config(self.options, mode, self.excluded))
         self.all_workers.append(worker)
         return worker
 
-    def _deadline(self, worker: _Worker, limit: float | None = None) -> float:
+    def _deadline(self, worker: WorkerProcess, limit: float | None = None) -> float:
         what = worker.doing[0] if worker.doing else None
         if what == "load":
             return worker.since + self.options.load_timeout
@@ -435,7 +272,7 @@ class _Scan:
             return worker.since + self.options.startup_timeout
         return worker.since + (limit if limit is not None else self.options.startup_timeout)
 
-    def _await(self, worker: _Worker, kind: str, limit: float | None = None) -> dict[str, Any] | str:
+    def _await(self, worker: WorkerProcess, kind: str, limit: float | None = None) -> dict[str, Any] | str:
         """Read events until one of `kind`; a hello on the way is kept. Returns the event, or
         "eof", "timeout", "garbage:...", "unexpected:..."."""
         while True:
@@ -454,7 +291,7 @@ class _Scan:
                 return event
             return f"unexpected:{name}"
 
-    def _take_hello(self, worker: _Worker, event: dict[str, Any]) -> None:
+    def _take_hello(self, worker: WorkerProcess, event: dict[str, Any]) -> None:
         info = event.get("torch_info")
         event["torch_info"] = info if isinstance(info, dict) else {}
         event["importable"] = event.get("importable") is True
@@ -475,7 +312,7 @@ class _Scan:
             environment = event.get("environment")
             self.worker_environment = environment if isinstance(environment, dict) and environment else None
 
-    def _retire(self, worker: _Worker | None) -> None:
+    def _retire(self, worker: WorkerProcess | None) -> None:
         if worker is None:
             return
         worker.finish()
@@ -506,19 +343,19 @@ class _Scan:
                 return self._check_catalog(event)
             doing = worker.doing
             stopped = "timeout" if event == "timeout" else "garbage" if event != "eof" else "died"
-            code = worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
+            code = worker.finish(grace=EXIT_GRACE_S if event == "eof" else 0)
             self.worker = None
             if doing and doing[0] == "load" and doing[1] not in self.excluded:
                 what = (f"did not finish loading within {self.options.load_timeout:g} s" if stopped == "timeout"
                         else f"wrote garbage on the protocol channel while loading" if stopped == "garbage"
-                        else f"{_how(code)} while loading")
+                        else f"{ended_how(code)} while loading")
                 self.excluded[doing[1]] = {"key": doing[1], "source": worker.doing_source or doing[1],
                                            "error": f"the probe module {what}",
                                            "traceback": worker.stderr_tail() or ""}
             elif doing and doing[0] == "torch" and self.torch_failure is None:
                 self._torch_died(worker, stopped, code)
             else:
-                raise ScanError(f"the worker in {self.python} did not start ({_how(code)}; {event})"
+                raise ScanError(f"the worker in {self.python} did not start ({ended_how(code)}; {event})"
                                 + _tail_line(worker.stderr_tail()))
             worker = self.worker = self._launch(mode=mode)
         raise ScanError(f"the workers in {self.python} kept dying while loading probe modules")
@@ -554,7 +391,7 @@ class _Scan:
 
     # --- torch
 
-    def _torch_died(self, worker: _Worker, stopped: str, code: tuple[int | None, str | None]) -> None:
+    def _torch_died(self, worker: WorkerProcess, stopped: str, code: tuple[int | None, str | None]) -> None:
         if stopped == "timeout":
             summary = (f"import torch did not finish within {self.options.startup_timeout:g} s "
                        f"(the import hangs; the worker was killed)")
@@ -563,7 +400,7 @@ class _Scan:
             summary = "the worker wrote garbage on the protocol channel while importing torch"
             how = "garbage"
         else:
-            summary = f"the worker {_how(code)} while importing torch"
+            summary = f"the worker {ended_how(code)} while importing torch"
             how = "crashed"
         tail = worker.stderr_tail()
         self.torch_failure = {"summary": summary + _tail_line(tail), "traceback": tail or None,
@@ -584,12 +421,12 @@ class _Scan:
             event = self._await(worker, "hello")
             if not isinstance(event, dict):
                 stopped = "timeout" if event == "timeout" else "died" if event == "eof" else "garbage"
-                code = worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
+                code = worker.finish(grace=EXIT_GRACE_S if event == "eof" else 0)
                 self.worker = None
                 self._torch_died(worker, stopped, code)
         self.progress(ScanEvent("status", message=TORCH_READY))
 
-    def _torch_in(self, worker: _Worker) -> dict[str, Any] | None:
+    def _torch_in(self, worker: WorkerProcess) -> dict[str, Any] | None:
         """Import torch in a later worker (light hello). Returns crash fields if that fails."""
         if worker.hello is not None:
             if worker.hello.get("importable"):
@@ -601,10 +438,10 @@ class _Scan:
         event = self._await(worker, "hello")
         if isinstance(event, dict):
             return self._torch_in(worker)
-        code = worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
+        code = worker.finish(grace=EXIT_GRACE_S if event == "eof" else 0)
         if self.worker is worker:
             self.worker = None
-        return {"status": Status.CRASHED, "summary": f"a fresh worker {_how(code)} while importing "
+        return {"status": Status.CRASHED, "summary": f"a fresh worker {ended_how(code)} while importing "
                 f"torch ({event})", "stderr_tail": worker.stderr_tail(), "exit_code": code[0], "signal": code[1]}
 
     def torch_import_result(self) -> ProbeResult | None:
@@ -696,7 +533,7 @@ class _Scan:
 
     # --- running
 
-    def _fresh(self) -> _Worker | None:
+    def _fresh(self) -> WorkerProcess | None:
         """A worker for the next task: the prestarted spare, or a new one (torch on demand) when
         there is none or it did not come up."""
         candidates = [self.spare] if self.spare is not None else []
@@ -711,7 +548,7 @@ class _Scan:
             event = self._await(worker, "catalog")
             if isinstance(event, dict):
                 return worker
-            worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
+            worker.finish(grace=EXIT_GRACE_S if event == "eof" else 0)
         return None
 
     def prestart_spare(self) -> None:
@@ -809,16 +646,16 @@ class _Scan:
             fields["details"].update(extra)
             worker.history.append((task.order, entry["id"]))
             if restart or own:
-                worker.finish(grace=_EXIT_GRACE_S if restart else 0)
+                worker.finish(grace=EXIT_GRACE_S if restart else 0)
                 self._retire(worker)
             return fields
         return self._lost(task, worker, event, began, mark, limit, elapsed)
 
-    def _lost(self, task: _Task, worker: _Worker, event: Any, began: bool, mark: int, limit: float,
+    def _lost(self, task: _Task, worker: WorkerProcess, event: Any, began: bool, mark: int, limit: float,
               elapsed: float) -> dict[str, Any]:
         """Fields for a task whose worker hung, died or broke the protocol, after deciding whom to
         blame: this probe, or one that ran before it in the same worker."""
-        code = worker.finish(grace=_EXIT_GRACE_S if event == "eof" else 0)
+        code = worker.finish(grace=EXIT_GRACE_S if event == "eof" else 0)
         if self.worker is worker:
             self.worker = None
         tail = worker.stderr_tail(mark)
@@ -828,9 +665,9 @@ class _Scan:
                     "summary": f"no result after {limit:g} s: the worker was killed"}
             how = f"hung (no answer in {limit:g} s)"
         elif event == "eof":
-            died = {"status": Status.CRASHED, "summary": f"the worker {_how(code)} while running this probe",
+            died = {"status": Status.CRASHED, "summary": f"the worker {ended_how(code)} while running this probe",
                     "exit_code": code[0], "signal": code[1], "stderr_tail": tail}
-            how = _how(code)
+            how = ended_how(code)
         else:
             text = str(event)
             died = {"status": Status.CRASHED, "stderr_tail": tail, "summary": (
@@ -928,55 +765,6 @@ class _EnvironmentThread(threading.Thread):
             self.environment = {"error": f"{type(exc).__name__}: {exc}"}
 
 
-class _Stop(BaseException):
-    """Raised in the main thread by SIGTERM or SIGHUP during a scan (not an Exception: no
-    `except Exception` on the way may swallow it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-class _Signals:
-    """While a scan runs in the main thread: SIGINT, SIGTERM and SIGHUP stop it (the first one; later
-    ones are ignored so that the clean-up that kills the workers is not cut short)."""
-
-    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None or spawn.defer_signal(signum):
-            return
-        self.received = signum
-        raise _Stop(signum)
-
-    def __enter__(self) -> "_Signals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                try:
-                    self.previous[signum] = signal.signal(signum, self._handle)
-                except (ValueError, OSError):
-                    pass
-        return self
-
-    def quiet(self) -> None:
-        """No more interruptions: the clean-up runs to its end."""
-        if self.received is None:
-            self.received = 0
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, previous in self.previous.items():
-            try:
-                signal.signal(signum, previous)
-            except (ValueError, OSError, TypeError):
-                pass
-        if self.previous:
-            spawn.release_signals()  # the CLI's pre-scan handlers: the scan is over
-
-
 def list_probes(options: ScanOptions) -> tuple[list[dict], list[dict]]:
     """The probes the target environment offers (built-ins, probe files, entry points) and the
     modules that failed to load or were refused, from workers that do not import torch."""
@@ -993,17 +781,17 @@ def run_scan(options: ScanOptions, progress: Progress | None = None) -> Report:
     """Run the selected probes in isolated workers and return the report. Raises UsageError for
     bad options, ScanError when gpudoctor itself cannot run and ScanInterrupted when a signal
     stopped it; a probe's failure is a result."""
-    with _Signals() as signals:
+    with ScanSignals() as signals:
         try:
             return _run_scan(options, progress, signals)
-        except (KeyboardInterrupt, _Stop) as exc:
+        except (KeyboardInterrupt, Stop) as exc:
             signals.quiet()
             spawn.end_all()  # what the clean-up could not know: a process started half-way
-            signum = exc.signum if isinstance(exc, _Stop) else signal.SIGINT
+            signum = exc.signum if isinstance(exc, Stop) else signal.SIGINT
             raise ScanInterrupted(signum) from None
 
 
-def _run_scan(options: ScanOptions, progress: Progress | None, signals: _Signals) -> Report:
+def _run_scan(options: ScanOptions, progress: Progress | None, signals: ScanSignals) -> Report:
     started, cpu_started = time.monotonic(), time.process_time()
     check_timeouts(options)
     check_device(options.device)

@@ -50,6 +50,10 @@ class FuncSummary:
     reads: dict[int, tuple[int, int, str]]  # param index -> (line, col, the read text)
     calls: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
     # per call: callee name, and per argument ("param", i) | ("fresh", 0) | ("other", 0)
+    # calls inside a check (TORCH_CHECK(same_layout(a, b)), if (...)): callee, per argument the
+    # parameter index or -1; a helper of this file that reads both arguments' strides ties their
+    # layouts, so a parameter compared with a checked one is checked too
+    compared: list[tuple[str, list[int]]] = field(default_factory=list)
 
 
 def _call_name_before(toks: list[Tok], open_paren: int) -> str:
@@ -100,6 +104,7 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
         all_checked = False
         fresh_locals: set[str] = set()
         calls: list[tuple[str, list[tuple[str, int]]]] = []
+        compared: list[tuple[str, list[int]]] = []
         k = start + 1
         while k < end:
             t = toks[k]
@@ -116,6 +121,8 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
                                 checked[index[a]] = True
                     if callee in ("checkContiguous", "checkAllContiguous", "TensorIteratorConfig", "TensorIterator"):
                         all_checked = True
+                    if toks[k - 2].text not in (".", "->") and any(c in _ASSERTS or c == "if" for c in stack[:-1]):
+                        compared.append((callee, [index.get(a[0].text, -1) if len(a) == 1 else -1 for a in args]))
                     prev = toks[k - 2].text if k >= 2 else ""
                     if prev not in (".", "->") and callee not in _ASSERTS and not callee.isupper():
                         kinds = []
@@ -169,8 +176,33 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
             k += 1
         if all_checked:
             checked = [True] * len(names)
-        out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls))
+        out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls, compared))
+    _same_layout(out)
     return out
+
+
+def _same_layout(summaries: list[FuncSummary]) -> None:
+    """TORCH_CHECK(has_same_layout(dy, x)) with x checked: dy is checked too, when the helper is a
+    function of this file that reads the strides of both arguments (it compares layouts). A
+    comparison of sizes alone (dy.sizes() == x.sizes()) says nothing about strides."""
+    helpers = {s.name: s.checked for s in summaries if sum(s.checked) >= 2}
+    for s in summaries:
+        links = []
+        for callee, args in s.compared:
+            strided = helpers.get(callee)
+            if strided is None or callee == s.name:
+                continue
+            tied = [i for pos, i in enumerate(args) if i >= 0 and pos < len(strided) and strided[pos]]
+            if len(tied) >= 2:
+                links.append(tied)
+        changed = bool(links)
+        while changed:
+            changed = False
+            for tied in links:
+                if any(s.checked[i] for i in tied) and not all(s.checked[i] for i in tied):
+                    for i in tied:
+                        s.checked[i] = True
+                    changed = True
 
 
 def _equals_after_call(toks: list[Tok], j: int, end: int, value: str) -> bool:

@@ -403,7 +403,8 @@ RULES: tuple[Rule, ...] = (
         name="data-ptr-unchecked",
         kb_id="noncontiguous-kernel-input",
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
-        kinds=(CPP,),
+        # Python files are read only for the bindings' callers, in the cross-file step
+        kinds=(CPP, PYTHON),
         # raw reads, or the bindings and dispatchers that call the functions reading them
         prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
         # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
@@ -416,7 +417,10 @@ RULES: tuple[Rule, ...] = (
             "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
             "with its strides; a device or dtype check is not a contiguity check. A function whose every "
             "caller in the linted files passes checked or contiguous tensors is fine; the files that "
-            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points. "
+            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points, "
+            "and the project's Python calls of a binding count as callers (a tensor created at the "
+            "call, or a name, d[\"key\"] entry or attribute every assignment of which creates one). "
+            "Where a Python call passes a tensor not known to be dense, the finding names that call. "
             "One finding per function and tensor, at its first read (the reads in the other launch "
             "branches are the same fix)."
         ),
@@ -431,8 +435,11 @@ RULES: tuple[Rule, ...] = (
         near_misses=(
             "Reads of one-element tensors (TORCH_CHECK(x.numel() == 1)), reads after x.contiguous(), "
             "after a contiguity check or macro, of tensors created in the "
-            "function (torch::empty), pointer comparisons and alignment checks inside TORCH_CHECK, and "
-            "functions whose callers check, do not fire."
+            "function (torch::empty), of tensors a same-layout helper of the file compares with a checked "
+            "one (TORCH_CHECK(has_same_layout(dy, x))), pointer comparisons and alignment checks inside "
+            "TORCH_CHECK, and functions whose callers check or whose every Python call passes "
+            "torch.empty / torch.zeros / .contiguous() tensors, do not fire. A sizes comparison "
+            "(dy.sizes() == x.sizes()) is not a layout check."
         ),
     ),
     Rule(

@@ -753,7 +753,7 @@ def _arch_flags(src: PySource) -> list[Finding]:
                 verdicts.append((verdict, node))
     # 2. TORCH_CUDA_ARCH_LIST set from Python
     values, unknown = _torch_arch_values(src)
-    if values and not unknown and len({v.text for v, _ in values}) == 1:
+    if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)):
         for tok, node in values:
             verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST")
             if verdict:
@@ -795,10 +795,19 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
     """The flag words of a list literal plus everything concatenated with it or appended to the
     name it is assigned to (in the same scope); None when any of that is not a literal."""
     toks: list[archflags.Tok] = []
+    resolving: set[str] = set()
 
     def add_literal(node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple)):
             return all(add_literal(e) for e in node.elts)
+        if isinstance(node, ast.Name) and node.id not in resolving:
+            # `[...] + version_macros + cc_flag`: a list name of this scope, bound to a literal
+            # (and appended to) before this use, adds its words
+            resolving.add(node.id)
+            try:
+                return _named_list(src, node.id, node.lineno, scope, add_literal)
+            finally:
+                resolving.discard(node.id)
         words = _string_toks(src, node)
         if words is not None:
             toks.extend(words)
@@ -857,6 +866,36 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
     return toks
 
 
+def _named_list(src: PySource, name: str, line: int, scope: ast.AST, add_literal) -> bool:
+    """Add the words of list `name` as it stands at `line`: its last assignment before the line in
+    this scope (a literal list) and the appends / extends / += after it; False when that
+    assignment is not a literal, is not found, or something else changes the list in between."""
+    pattern = re.compile(r"(?<![\w.])%s\b" % re.escape(name))
+    lines = {ln for ln in src.lines_matching(pattern) if ln < line}
+    start = None
+    for node, sc in src.nodes_on_lines(lines, (ast.Assign,)):
+        if sc is scope and node.lineno < line and any(dotted(t) == name for t in node.targets) and \
+                (start is None or node.lineno > start.lineno):
+            start = node
+    if start is None or not isinstance(start.value, (ast.List, ast.Tuple)):
+        return False
+    if not add_literal(start.value):
+        return False
+    for node, sc in src.nodes_on_lines({ln for ln in lines if ln > start.end_lineno},  # type: ignore[operator]
+                                       (ast.Call, ast.AugAssign, ast.Assign)):
+        if sc is not scope or not (start.end_lineno < node.lineno < line):  # type: ignore[operator]
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == name:
+            if node.func.attr not in ("append", "extend") or not all(add_literal(a) for a in node.args):
+                return False
+        elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
+            if not add_literal(node.value):
+                return False
+        elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+            return False
+    return True
+
+
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
     return any(n is node for n in walk([tree]))
 
@@ -869,6 +908,24 @@ def _is_self_concat(value: ast.AST, name: str, add_literal) -> bool:
         if right == name:
             return add_literal(value.left)
     return False
+
+
+_TOOLKIT_TEST = re.compile(r"cuda\w*version|version\w*cuda|bare_metal|nvcc|CUDA_VERSION|version\.cuda|cuda_major|"
+                           r"cuda_minor", re.I)
+_DEVICE_TEST = re.compile(r"capabilit|device_name|get_device|gpu_name|nvidia-smi|\bsm_?\d|\barch\b", re.I)
+
+
+def _toolkit_alternatives(src: PySource, values: list[tuple[archflags.Tok, ast.AST]]) -> bool:
+    """Different TORCH_CUDA_ARCH_LIST values picked by the CUDA toolkit's version (apex's
+    cross-compile defaults: `if bare_metal_major == 11: ... else: ...`) are each what a build gets
+    with that toolkit, whatever GPU it later runs on: each is judged. Values picked by the GPU
+    (`get_device_capability()`) are alternatives for the machine at hand and are left alone."""
+    tests: list[str] = []
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.If) and any(node.body[0].lineno <= v.lineno <= node.end_lineno  # type: ignore
+                                            for _, v in values):
+            tests.append(ast.get_source_segment(src.text, node.test) or "")
+    return any(_TOOLKIT_TEST.search(t) for t in tests) and not any(_DEVICE_TEST.search(t) for t in tests)
 
 
 def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST]], bool]:

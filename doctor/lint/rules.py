@@ -335,7 +335,10 @@ RULES: tuple[Rule, ...] = (
             "newest family (\"8.0;9.0;10.0;12.0\"), builds that leave out only older GPUs or gaps "
             "between their targets (\"12.0\", \"8.0;12.0\"), family targets of the newest family "
             "(sm_120f), -arch=native/all, named architectures (Ampere), several alternative "
-            "TORCH_CUDA_ARCH_LIST values in one file, and flags built from variables do not fire."
+            "TORCH_CUDA_ARCH_LIST values in one file (unless picked by the CUDA toolkit's version alone, "
+            "as cross-compile defaults are: then each is judged), and flags built from variables do not "
+            "fire; a list name concatenated into the flags counts with the literal words and appends it "
+            "has at that point."
         ),
     ),
     Rule(

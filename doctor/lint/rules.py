@@ -421,9 +421,8 @@ RULES: tuple[Rule, ...] = (
             "with its strides; a device or dtype check is not a contiguity check. A function whose every "
             "caller in the linted files passes checked or contiguous tensors is fine; the files that "
             "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points, "
-            "and the project's Python calls of a binding count as callers (a tensor created at the "
-            "call, or a name, d[\"key\"] entry or attribute every assignment of which creates one). "
-            "Where a Python call passes a tensor not known to be dense, the finding names that call. "
+            "and the project's Python calls of a binding count as callers; a call passing a tensor "
+            "not known to be dense is named. "
             "One finding per function and tensor, at its first read (the reads in the other launch "
             "branches are the same fix)."
         ),

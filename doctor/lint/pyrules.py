@@ -340,14 +340,103 @@ def _beside_sdpa(src: PySource, node: ast.AST) -> bool:
     beside xformers or flash_attn is different: that is what runs when those packages are
     missing or fail on a new GPU, so it is still reported."""
     line = node.lineno  # type: ignore[attr-defined]
-    for st, _ in src.stmts:
+    for st, scope in src.stmts:
         if not isinstance(st, ast.If) or not (st.lineno <= line <= st.end_lineno):  # type: ignore[operator]
             continue
         for here, other in ((st.body, st.orelse), (st.orelse, st.body)):
             if here and other and here[0].lineno <= line <= here[-1].end_lineno:  # type: ignore[operator]
                 text = "".join(src.lines[other[0].lineno - 1:other[-1].end_lineno])
                 if "scaled_dot_product_attention" in text:
+                    return not _default_branch(src, st, line, scope)
+    return False
+
+
+_UNKNOWN = object()
+
+
+def _default_branch(src: PySource, st: ast.If, line: int, scope: ast.AST) -> bool:
+    """Whether the if/elif chain `st` takes the branch holding `line` when the class's switches
+    have their constructor defaults (`attention_mode="math"`, `enable_flash_attn=False` stored as
+    self.attention_mode / self.enable_flash_attn): then the hand-written branch is what runs
+    unless a caller asks otherwise, and SDPA beside it does not excuse it."""
+    defaults: dict[str, object] = {}
+    for cls in src.classes:
+        if not (cls.lineno <= line <= cls.end_lineno):  # type: ignore[operator]
+            continue
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                a = fn.args
+                positional = a.posonlyargs + a.args
+                pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults)) + \
+                    [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                given = {x.arg: d.value for x, d in pairs if isinstance(d, ast.Constant)}
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in given:
+                        for t in n.targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                defaults[t.attr] = given[n.value.id]
+    if not defaults:
+        return False
+    local: dict[str, list[ast.expr]] = {}
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Assign) and n.lineno < st.lineno:
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        local.setdefault(t.id, []).append(n.value)
+
+    def value(e: ast.AST, depth: int = 0) -> object:
+        if depth > 6:
+            return _UNKNOWN
+        if isinstance(e, ast.Constant):
+            return e.value
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+            return defaults.get(e.attr, _UNKNOWN)
+        if isinstance(e, ast.Name):
+            assigned = local.get(e.id, [])
+            return value(assigned[0], depth + 1) if len(assigned) == 1 else _UNKNOWN
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            v = value(e.operand, depth + 1)
+            return _UNKNOWN if v is _UNKNOWN else not v
+        if isinstance(e, ast.BoolOp):
+            unknown = False
+            for part in e.values:
+                v = value(part, depth + 1)
+                if v is _UNKNOWN:
+                    unknown = True
+                elif isinstance(e.op, ast.And) and not v:
+                    return False
+                elif isinstance(e.op, ast.Or) and v:
                     return True
+            return _UNKNOWN if unknown else isinstance(e.op, ast.And)
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            left, right = value(e.left, depth + 1), value(e.comparators[0], depth + 1)
+            if isinstance(e.comparators[0], (ast.Tuple, ast.List, ast.Set)):
+                items = [value(x, depth + 1) for x in e.comparators[0].elts]
+                if left is _UNKNOWN or _UNKNOWN in items:
+                    return _UNKNOWN
+                found = left in items
+                return found if isinstance(e.ops[0], ast.In) else not found
+            if left is _UNKNOWN or right is _UNKNOWN or isinstance(e.ops[0], (ast.In, ast.NotIn)):
+                return _UNKNOWN
+            return (left == right) if isinstance(e.ops[0], ast.Eq) else (left != right)
+        return _UNKNOWN
+
+    node: ast.If | None = st
+    while node is not None:
+        v = value(node.test)
+        if v is _UNKNOWN:
+            return False
+        branch = node.body if v else node.orelse
+        if not branch:
+            return False
+        if branch[0].lineno <= line <= branch[-1].end_lineno:  # type: ignore[operator]
+            if len(branch) == 1 and isinstance(branch[0], ast.If) and not v and \
+                    branch[0].lineno <= line <= branch[0].end_lineno:  # type: ignore[operator]
+                node = branch[0]  # an elif: decide its own test
+                continue
+            return True
+        return False
     return False
 
 

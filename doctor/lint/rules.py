@@ -126,7 +126,9 @@ RULES: tuple[Rule, ...] = (
             "product (a linear layer, a bias-add GEMM, a gating softmax that is not multiplied with "
             "values) does not fire, and neither does a product with a module weight (self.weight), "
             "attention over query slices taken in a loop (sliced attention: the slice bounds its memory), "
-            "or a helper that only returns probabilities (the processor that multiplies them changes)."
+            "or a helper that only returns probabilities (the processor that multiplies them changes), "
+            "or a branch beside F.scaled_dot_product_attention (a fallback) unless the constructor's "
+            "defaults select it (attention_mode=\"math\", enable_flash_attn=False)."
         ),
     ),
     Rule(

@@ -394,7 +394,10 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(aliases)))
             sources = [src for path, t in sorted(tasks.items()) if t.kind == rules.PYTHON and _mentions(path, pattern)
                        for src in [_load_python(path)] if src is not None]
-            calls = cpprules.python_calls(sources, aliases) if sources else {}
+            try:
+                calls = cpprules.python_calls(sources, aliases) if sources else {}
+            except RecursionError:  # a file nested too deeply to follow: no evidence from Python
+                calls = {}
             if calls:
                 unprotected = cpprules.resolve_data_ptr(summaries, bound, calls)
         for s, i, call in unprotected:

@@ -141,6 +141,62 @@ def test_a_missing_library_is_the_extensions_when_the_failing_import_is_the_exte
     assert confident(bare) == [] or best(bare).id == "torch-import-failed"
 
 
+
+@pytest.mark.parametrize("import_line", [
+    "import exllamav2_ext",
+    "import quant_kernels  # fused dequantise",
+    "from mylib import fused_dense_lib",
+    "----> 7 import my_inference_engine  # with CUDA kernels",     # IPython's arrow on the failing line
+])
+def test_compiled_kernel_modules_by_their_conventional_suffixes_own_the_missing_library(import_line):
+    # exllamav2_ext, exllama_kernels, awq_inference_engine, fused_dense_lib: the suffixes compiled
+    # kernel modules carry. Their missing libcudart is the extension's build, even when `import
+    # torch` lines from an IPython cell's context stand above them.
+    text = ('      2 import torch\n      3 import torch.nn as nn\n' if import_line.startswith("---->") else "")
+    text += f"{import_line}\nImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n"
+    assert best(text).id == "extension-abi-mismatch"
+    assert "torch-import-failed" not in confident(text)
+
+
+def test_a_pure_python_module_name_is_not_read_as_a_compiled_extension():
+    text = ("    import kernels_overview\n"
+            "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n")
+    assert "extension-abi-mismatch" not in confident(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    # torch's own messages in another case or another form
+    ("Getting 'cannot re-initialize cuda in forked subprocess' every time my loader starts", "cuda-fork-reinit"),
+    ('    "Cannot re-initialize CUDA in forked subprocess. " + msg)', "cuda-fork-reinit"),
+    ("RuntimeError: expected self and mask to be on the same device, but got mask on cpu and self on cuda:0",
+     "device-mismatch"),
+    ("RuntimeError: expected self and mask to be on the same device, but got mask on cuda:1 and self on cuda:0",
+     "device-mismatch"),
+    # a library's own wording of a known cause
+    ("RuntimeError: CUDA has been initialized before the `notebook_launcher` could create a forked subprocess.",
+     "cuda-fork-reinit"),
+    ("ERROR! Intel® Extension for PyTorch* needs to work with PyTorch 2.5.*, but PyTorch 2.6.0+cpu is found. "
+     "Please switch to the matching version and run again.", "extension-abi-mismatch"),
+    ("RuntimeError: CK only supports head dimension at most 256", "flash-attn-unsupported"),
+    # a _scaled_mm meta check cut off before its message
+    ("E0101 fake_tensor.py:2558] failed while attempting to run meta for aten._scaled_mm.default\n"
+     '  File "/env/torch/_meta_registrations.py", line 6244, in meta_scaled_mm\n    torch._check(\n',
+     "fp8-layout"),
+])
+def test_long_tail_wordings_of_known_causes(text, expected):
+    assert best(text).id == expected
+    assert expected in confident(text)
+
+
+def test_a_meta_failure_of_another_op_is_not_an_fp8_layout_rule():
+    text = "failed while attempting to run meta for aten.index_put_.default\n"
+    assert "fp8-layout" not in confident(text)
+
+
+def test_a_same_device_pair_is_not_a_device_mismatch():
+    text = "expected self and mask to be on the same device, but got mask on meta and self on cuda:0"
+    assert "device-mismatch" not in confident(text)
+
 # --- a log, not a line ---------------------------------------------------------------------------
 
 

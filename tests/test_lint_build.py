@@ -67,6 +67,61 @@ def test_python_arch_list_alternatives_are_left_alone(tmp_path):
     assert lint_source(tmp_path, source, select=["GPU006"]).findings == []
 
 
+def test_python_arch_lists_chosen_by_the_toolkit_version_are_each_judged(tmp_path):
+    """A cross-compile default picked by the CUDA toolkit's version is what every build with that
+    toolkit gets, whatever GPU it runs on later: each value is judged. Picked by the GPU, or by
+    the toolkit and the GPU together, they stay alternatives."""
+    source = """
+    import os
+    import torch
+
+    cuda_major = int(torch.version.cuda.split(".")[0])
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        if cuda_major >= 12:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"  # <-
+        elif cuda_major == 11:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "7.0;8.0;8.6+PTX"
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "6.1;7.0"  # <-
+    """
+    result = lint_source(tmp_path, source, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(source)
+    by_gpu = """
+    import os
+    import torch
+
+    if torch.version.cuda.startswith("12") and torch.cuda.get_device_capability()[0] >= 9:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    else:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0"
+    """
+    assert lint_source(tmp_path, by_gpu, name="setup.py", select=["GPU006"]).findings == []
+
+
+def test_python_flag_lists_through_names(tmp_path):
+    """A flag list concatenated with other lists of the module: their words count, as they stand
+    where the concatenation is made (appends included); a name built otherwise stays unknown."""
+    source = """
+    from torch.utils.cpp_extension import CUDAExtension
+
+    macros = ["-DWITH_CUDA", "-DNDEBUG"]
+    arch_flags = []
+    if with_ampere:
+        arch_flags.append("-gencode")
+        arch_flags.append("arch=compute_80,code=sm_80")  # <-
+    nvcc = ["-O3", "-gencode", "arch=compute_75,code=sm_75"] + macros + arch_flags
+    ext = CUDAExtension("k", ["k.cu"], extra_compile_args={"nvcc": nvcc})
+
+    ptx_flags = ["-gencode", "arch=compute_80,code=compute_80"]
+    with_ptx = ["-O3", "-gencode", "arch=compute_75,code=sm_75"] + macros + ptx_flags
+
+    computed = [f"-gencode=arch=compute_{cc},code=sm_{cc}" for cc in ccs]
+    unknown = ["-gencode", "arch=compute_75,code=sm_75"] + computed
+    """
+    result = lint_source(tmp_path, source, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(source)
+
+
 BUILD_FILES = {
     "CMakeLists.txt": """
         cmake_minimum_required(VERSION 3.18)

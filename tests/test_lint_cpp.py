@@ -279,3 +279,161 @@ def test_allocations_per_branch_and_new_in_a_conditional(tmp_path):
         """}
     result = lint_tree(tmp_path, files, select=["GPU010"])
     assert sorted(f.line for f in result.findings) == marked_lines(files["alloc.cpp"], "// <-")
+
+
+# --- GPU009: the project's own Python callers of a binding, and same-layout helpers -----------
+
+RING_EXT = """
+#include <torch/extension.h>
+
+__global__ void ring_kernel(const float* x, float* out, float* work, const float* bias, int n) {}
+
+void ring_step(torch::Tensor x, torch::Tensor out, torch::Tensor work, torch::Tensor bias) {
+  TORCH_CHECK(x.is_cuda(), "x must be CUDA");
+  ring_kernel<<<1, 128>>>(x.data_ptr<float>(),      // <- x
+                          out.data_ptr<float>(),
+                          work.data_ptr<float>(),
+                          bias.data_ptr<float>(), x.numel());
+}
+
+void ring_init(torch::Tensor state) {
+  ring_kernel<<<1, 1>>>(nullptr, state.data_ptr<float>(), nullptr, nullptr, 0);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("ring_step", &ring_step);
+  m.def("ring_init", &ring_init);
+}
+"""
+
+RING_PY = """
+import torch
+from ringlib._ext import ring_init, ring_step
+
+_no_bias = torch.empty(0)
+
+
+def make_workspace(n, device):
+    spaces = {"ring_state": torch.zeros(n, device=device)}
+    ring_init(spaces["ring_state"])
+    return spaces
+
+
+class Ring(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("scratch", torch.zeros(n))
+
+    def forward(self, x, bias=None):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        b = bias.contiguous() if bias is not None else _no_bias
+        ring_step(x, out, self.scratch, b)  # <- the call
+        return out
+"""
+
+
+def _gpu009(result):
+    return [(f.path.rsplit("/", 1)[-1], f.line, f.message) for f in result.findings if f.code == "GPU009"]
+
+
+def test_python_callers_that_allocate_protect_the_binding(tmp_path):
+    """out (empty_like with contiguous_format), work (a registered buffer made by torch.zeros),
+    bias (.contiguous() or a module-level torch.empty) and ring_init's state (a dict entry made
+    by torch.zeros) are dense at every call; x is whatever forward() was given."""
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert [(name, line) for name, line, _ in got] == [("ring.cpp", marked_lines(RING_EXT, "// <- x")[0])]
+    message = got[0][2]
+    assert f"ring.py:{marked_lines(RING_PY, '# <- the call')[0]} passes `x`" in message
+    # GPU009 alone reads the same Python callers
+    assert _gpu009(lint_tree(tmp_path, {}, select=["GPU009"])) == got
+
+
+def test_python_callers_without_allocation_keep_the_findings(tmp_path):
+    """Without Python callers every unchecked read stays; a preserve_format copy of a parameter
+    (empty_like(x)) keeps x's strides and proves nothing."""
+    py = RING_PY.replace("torch.empty_like(x, memory_format=torch.contiguous_format)", "torch.empty_like(x)")
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": py}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["out", "x"]
+    bare = tmp_path / "bare"
+    got = _gpu009(lint_tree(bare, {"csrc/ring.cpp": RING_EXT}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["bias", "out", "state", "work", "x"]
+
+
+def test_one_call_that_is_not_fresh_keeps_the_finding_and_is_named(tmp_path):
+    other = """
+        import torch
+        from ringlib._ext import ring_init
+
+
+        def reset(states):
+            ring_init(torch.zeros(8))
+            for s in states:
+                ring_init(s.t())  # <-
+        """
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY,
+             "ringlib/reset.py": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    states = [m for _, _, m in got if m.startswith("state.")]
+    assert len(states) == 1 and f"reset.py:{marked_lines(other)[0]} passes `s.t()`" in states[0]
+
+
+def test_a_python_wrapper_of_the_same_name_is_not_taken_for_the_binding(tmp_path):
+    """`def ring_step(...)` in Python: its calls cannot be told from the binding's, so the
+    binding has no known callers and its reads are reported as before."""
+    wrapper = """
+        import torch
+        from ringlib import _ext
+
+
+        def ring_step(x):
+            out = torch.empty(x.shape)
+            _ext.ring_step(x, out, torch.zeros(4), torch.empty(0))
+            return out
+
+
+        def run():
+            return ring_step(torch.zeros(4))
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "",
+                                       "ringlib/wrap.py": wrapper}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["bias", "out", "state", "work", "x"]
+
+
+LAYOUT_EXT = """
+#include <torch/extension.h>
+
+static bool same_strides(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i < a.dim(); i++)
+    if (a.size(i) != b.size(i) || a.stride(i) != b.stride(i)) return false;
+  return true;
+}
+
+torch::Tensor act_grad(torch::Tensor x, torch::Tensor g, torch::Tensor ref) {
+  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+  TORCH_CHECK(g.numel() == 0 || same_strides(g, x), "g must have x's layout");
+  TORCH_CHECK(ref.sizes() == x.sizes(), "ref must have x's shape");   // sizes only
+  auto y = torch::empty_like(x);
+  launch(x.data_ptr<float>(), g.data_ptr<float>(), ref.data_ptr<float>(), y.data_ptr<float>());  // <-
+  return y;
+}
+
+torch::Tensor pair(torch::Tensor p, torch::Tensor q) {
+  TORCH_CHECK(same_strides(p, q), "p and q must match");   // compared, but neither is checked
+  launch(p.data_ptr<float>(), q.data_ptr<float>(), nullptr, nullptr);  // <- pair
+  return p;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("act_grad", &act_grad);
+  m.def("pair", &pair);
+}
+"""
+
+
+def test_a_same_layout_helper_ties_a_tensor_to_a_checked_one(tmp_path):
+    """g is compared stride by stride with the checked x: dense. ref only has x's sizes, and p
+    and q are compared with each other but neither is checked: all three are reported."""
+    got = _gpu009(lint_tree(tmp_path, {"ext.cpp": LAYOUT_EXT}, select=["GPU009"]))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["p", "q", "ref"]

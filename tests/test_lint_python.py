@@ -770,3 +770,48 @@ def test_flash_attn_packed_and_one_transposed(tmp_path):
     packed, odd = sorted(result.findings, key=lambda f: f.line)
     assert "(batch, heads, 3, seqlen, head_dim)" in packed.message
     assert "only v went through transpose(1, 2)" in odd.message
+
+
+DEFAULT_MODE = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Mixer(nn.Module):
+    def __init__(self, dim, heads=8, backend="eager", fused=False):
+        super().__init__()
+        self.backend = backend
+        self.fused = fused
+        self.heads = heads
+        self.qkv = nn.Linear(dim, dim * 3)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.backend == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v)
+        elif self.backend == "eager":
+            w = (q @ k.transpose(-2, -1)).softmax(dim=-1)  # <- the default backend
+            out = w @ v
+        else:
+            raise ValueError(self.backend)
+        use_fused = self.fused and x.shape[1] > 64
+        if use_fused:
+            out = F.scaled_dot_product_attention(out, k, v)
+        else:
+            w = (out @ k.transpose(-2, -1)).softmax(dim=-1)  # <- fused=False by default
+            out = w @ v
+        return out
+"""
+
+
+def test_hand_written_attention_that_is_the_default_branch_beside_sdpa(tmp_path):
+    """SDPA beside the eager branch excuses it only when the eager branch is not what the
+    constructor's defaults select (backend="eager", fused=False)."""
+    result = lint_source(tmp_path, DEFAULT_MODE, select=["GPU001"])
+    assert lines(result, "GPU001") == marked_lines(DEFAULT_MODE)
+    sdpa_default = DEFAULT_MODE.replace('backend="eager", fused=False', 'backend="sdpa", fused=True')
+    assert lines(lint_source(tmp_path, sdpa_default, select=["GPU001"]), "GPU001") == []
+    # a switch whose default is not a literal (a module setting) decides nothing: left alone
+    chosen = DEFAULT_MODE.replace('backend="eager", fused=False', "backend=BACKEND, fused=FUSED")
+    assert lines(lint_source(tmp_path, chosen, select=["GPU001"]), "GPU001") == []

@@ -10,6 +10,7 @@ a checked parameter, a `.contiguous()` value or a freshly created tensor. A func
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 
@@ -50,6 +51,10 @@ class FuncSummary:
     reads: dict[int, tuple[int, int, str]]  # param index -> (line, col, the read text)
     calls: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
     # per call: callee name, and per argument ("param", i) | ("fresh", 0) | ("other", 0)
+    # calls inside a check (TORCH_CHECK(same_layout(a, b)), if (...)): callee, per argument the
+    # parameter index or -1; a helper of this file that reads both arguments' strides ties their
+    # layouts, so a parameter compared with a checked one is checked too
+    compared: list[tuple[str, list[int]]] = field(default_factory=list)
 
 
 def _call_name_before(toks: list[Tok], open_paren: int) -> str:
@@ -100,6 +105,7 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
         all_checked = False
         fresh_locals: set[str] = set()
         calls: list[tuple[str, list[tuple[str, int]]]] = []
+        compared: list[tuple[str, list[int]]] = []
         k = start + 1
         while k < end:
             t = toks[k]
@@ -116,6 +122,8 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
                                 checked[index[a]] = True
                     if callee in ("checkContiguous", "checkAllContiguous", "TensorIteratorConfig", "TensorIterator"):
                         all_checked = True
+                    if toks[k - 2].text not in (".", "->") and any(c in _ASSERTS or c == "if" for c in stack[:-1]):
+                        compared.append((callee, [index.get(a[0].text, -1) if len(a) == 1 else -1 for a in args]))
                     prev = toks[k - 2].text if k >= 2 else ""
                     if prev not in (".", "->") and callee not in _ASSERTS and not callee.isupper():
                         kinds = []
@@ -169,8 +177,33 @@ def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
             k += 1
         if all_checked:
             checked = [True] * len(names)
-        out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls))
+        out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls, compared))
+    _same_layout(out)
     return out
+
+
+def _same_layout(summaries: list[FuncSummary]) -> None:
+    """TORCH_CHECK(has_same_layout(dy, x)) with x checked: dy is checked too, when the helper is a
+    function of this file that reads the strides of both arguments (it compares layouts). A
+    comparison of sizes alone (dy.sizes() == x.sizes()) says nothing about strides."""
+    helpers = {s.name: s.checked for s in summaries if sum(s.checked) >= 2}
+    for s in summaries:
+        links = []
+        for callee, args in s.compared:
+            strided = helpers.get(callee)
+            if strided is None or callee == s.name:
+                continue
+            tied = [i for pos, i in enumerate(args) if i >= 0 and pos < len(strided) and strided[pos]]
+            if len(tied) >= 2:
+                links.append(tied)
+        changed = bool(links)
+        while changed:
+            changed = False
+            for tied in links:
+                if any(s.checked[i] for i in tied) and not all(s.checked[i] for i in tied):
+                    for i in tied:
+                        s.checked[i] = True
+                    changed = True
 
 
 def _equals_after_call(toks: list[Tok], j: int, end: int, value: str) -> bool:
@@ -238,15 +271,51 @@ def bound_names(cpp: CppFile) -> set[str]:
     return out
 
 
-def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str]) -> list[tuple[FuncSummary, int]]:
-    """(function, parameter index) pairs whose raw reads are not protected. A function that no
-    linted file calls protects nothing only if it is bound for Python (an entry point); one that
-    is neither called nor bound (a header whose callers are elsewhere) is left alone."""
+def python_names(cpp: CppFile) -> dict[str, str]:
+    """Python-visible name -> C++ function of each binding: m.def("forward", &ns::fwd),
+    m.impl("gather", TORCH_FN(gather_cuda)); the name of a TORCH_LIBRARY schema is the identifier
+    before its "(" (m.def("gather(Tensor x) -> Tensor", &gather))."""
+    toks = cpp.tokens
+    out: dict[str, str] = {}
+    partner = None
+    for k, t in enumerate(toks):
+        if t.kind != "id" or t.text not in ("def", "impl", "def_static") or k + 1 >= len(toks) or \
+                toks[k + 1].text != "(" or k == 0 or toks[k - 1].text not in (".", "->"):
+            continue
+        if partner is None:
+            partner = match_brackets(toks)
+        close = partner[k + 1]
+        if close < 0:
+            continue
+        args = split_args(toks, k + 1, close)
+        if len(args) < 2 or len(args[0]) != 1 or args[0][0].kind != "str":
+            continue
+        m = re.match(r'^[A-Za-z]*"(?:\w+::)?([A-Za-z_]\w*)', args[0][0].text)
+        if not m:
+            continue
+        for arg in args[1:]:
+            words = [x for x in arg if x.kind == "id" and x.text != "TORCH_FN"]
+            if words and all(x.kind == "id" or x.text in ("&", "::", "(", ")") for x in arg):
+                out[m.group(1)] = words[-1].text
+                break
+    return out
+
+
+def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str],
+                     python: dict[str, list[PyCall]] | None = None) -> list[tuple[FuncSummary, int, PyCall | None]]:
+    """(function, parameter index, a Python call that passes it unprotected or None) for the raw
+    reads that are not protected. A function that no linted file calls protects nothing only if
+    it is bound for Python (an entry point); one that is neither called nor bound (a header whose
+    callers are elsewhere) is left alone. `python`: C++ name -> the project's own Python calls of
+    its binding (`python_calls`); a bound function is protected when every C++ caller and every
+    one of those calls passes a protected tensor."""
+    python = python or {}
     callers: dict[str, list[tuple[FuncSummary, list[tuple[str, int]]]]] = {}
     for s in summaries:
         for callee, kinds in s.calls:
             callers.setdefault(callee, []).append((s, kinds))
     memo: dict[tuple[int, int], bool] = {}
+    blame: dict[tuple[int, int], PyCall] = {}
 
     def protected(s: FuncSummary, i: int, depth: int = 0) -> bool:
         key = (id(s), i)
@@ -255,7 +324,8 @@ def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str]) -> list[tupl
         if s.checked[i]:
             return True
         sites = [(c, kinds) for c, kinds in callers.get(s.name, []) if len(kinds) == len(s.params)]
-        if not sites or depth > 8:
+        py_sites = [c for c in python.get(s.name, ()) if c.arity_fits(s.params)] if s.name in bound else []
+        if (not sites and not py_sites) or depth > 8:
             memo[key] = depth > 8 or s.name not in bound
             return memo[key]
         memo[key] = True  # assume protected inside a cycle
@@ -268,26 +338,249 @@ def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str]) -> list[tupl
                 continue
             result = False
             break
+        if result:
+            for call in py_sites:
+                if not call.fresh_at(i, s.params[i]):
+                    blame[key] = call
+                    result = False
+                    break
         memo[key] = result
         return result
+
+    def culprit(s: FuncSummary, i: int, depth: int = 0) -> PyCall | None:
+        """The Python call that passes this tensor unprotected, through the C++ callers."""
+        if (id(s), i) in blame or depth > 8:
+            return blame.get((id(s), i))
+        for caller, kinds in callers.get(s.name, []):
+            if len(kinds) == len(s.params) and kinds[i][0] == "param" and not memo.get((id(caller), kinds[i][1]), True):
+                found = culprit(caller, kinds[i][1], depth + 1)
+                if found is not None:
+                    return found
+        return None
 
     out = []
     for s in summaries:
         for i in s.reads:
             if not protected(s, i):
-                out.append((s, i))
+                out.append((s, i, culprit(s, i)))
     return out
 
 
-def data_ptr_finding(s: FuncSummary, i: int) -> Finding:
+def data_ptr_finding(s: FuncSummary, i: int, call: PyCall | None = None) -> Finding:
     line, col, read = s.reads[i]
     param = s.params[i]
+    where = ""
+    if call is not None:
+        where = f"; {call.path}:{call.line} passes `{call.shown_at(i, param)}`, not known to be contiguous"
     message = (f"{read}() reads the raw memory of tensor argument `{param}` of {s.name}(), which is never checked or "
-               f"made contiguous (here or by its callers): a transposed, sliced or expanded tensor is read in the wrong "
-               f"order; add TORCH_CHECK({param}.is_contiguous(), ...) or use {param}.contiguous()")
+               f"made contiguous (here or by its callers{where}): a transposed, sliced or expanded tensor is read in "
+               f"the wrong order; add TORCH_CHECK({param}.is_contiguous(), ...) or use {param}.contiguous()")
     return Finding(path=s.path, line=line, col=col, code="GPU009", kb_id=BY_CODE["GPU009"].kb_id, message=message,
                    fix=Fix(DISPLAY_ONLY, f"TORCH_CHECK({param}.is_contiguous(), \"{param} must be contiguous\")"),
                    end_line=line, end_col=col + len(read))
+
+
+# --- GPU009: the project's own Python calls of a binding ---------------------------------------
+
+# Calls whose result is a new tensor in the default (contiguous) layout.
+_PY_FRESH = {"empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "cat",
+             "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous"}
+# A copy that keeps the layout of the tensor it comes from (memory_format=torch.preserve_format).
+_PY_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
+# Methods whose result is dense when the tensor they are called on is.
+_PY_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short", "byte", "bool", "cuda", "cpu",
+             "clone", "view", "detach", "requires_grad_", "fill_", "zero_", "type"}
+
+
+@dataclass
+class PyCall:
+    """One call of a binding in the project's Python code, with which arguments are known to be
+    dense: created at the call (torch.empty, torch.zeros, .contiguous(), ...), or a name, a
+    `d["key"]` entry or an `obj.attr` every assignment of which in the module is."""
+    path: str
+    line: int
+    positional: list[tuple[bool, str]]
+    keywords: dict[str, tuple[bool, str]]
+    starred: bool
+
+    def arity_fits(self, params: list[str]) -> bool:
+        return not self.starred and len(self.positional) + len(self.keywords) <= len(params) and \
+            all(k in params[len(self.positional):] for k in self.keywords)
+
+    def _arg(self, i: int, name: str) -> tuple[bool, str] | None:
+        if i < len(self.positional):
+            return self.positional[i]
+        return self.keywords.get(name)
+
+    def fresh_at(self, i: int, name: str) -> bool:
+        arg = self._arg(i, name)
+        return arg is None or arg[0]  # left out: a default value (pybind11 py::arg("x") = ...)
+
+    def shown_at(self, i: int, name: str) -> str:
+        arg = self._arg(i, name)
+        return arg[1] if arg else name
+
+
+class _Module:
+    """What one Python module assigns, for the freshness of a name, a dict entry or an attribute."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+        self.globals: dict[str, list[ast.expr]] = {}
+        self.keys: dict[str, list[ast.expr]] = {}
+        self.attrs: dict[str, list[ast.expr]] = {}
+        self.locals: dict[ast.AST, dict[str, list[ast.expr]]] = {}
+        self.params: dict[ast.AST, set[str]] = {}
+        self._walk(tree, tree)
+
+    def _walk(self, node: ast.AST, scope: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = child.args
+                self.params[child] = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
+                    {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+                self.locals[child] = {}
+                self._walk(child, child)
+                continue
+            if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and child.value is not None:
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                value = child.value if not isinstance(child, ast.AugAssign) else child  # x += y: not fresh
+                for t in targets:
+                    self._assign(t, value, scope)
+            elif isinstance(child, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
+                targets = [child.target] if hasattr(child, "target") else \
+                    [i.optional_vars for i in child.items if i.optional_vars is not None]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            self._bind(n.id, child, scope)  # a loop variable: unknown
+            elif isinstance(child, ast.Dict):
+                for k, v in zip(child.keys, child.values):
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                        self.keys.setdefault(k.value, []).append(v)
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
+                    child.func.attr in ("register_buffer", "register_parameter") and len(child.args) >= 2 and \
+                    isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                self.attrs.setdefault(child.args[0].value, []).append(child.args[1])
+            self._walk(child, scope)
+
+    def _bind(self, name: str, value: ast.AST, scope: ast.AST) -> None:
+        table = self.globals if scope is self.tree else self.locals[scope]
+        table.setdefault(name, []).append(value)  # type: ignore[arg-type]
+
+    def _assign(self, target: ast.expr, value: ast.AST, scope: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            self._bind(target.id, value, scope)
+        elif isinstance(target, ast.Attribute):
+            self.attrs.setdefault(target.attr, []).append(value)  # type: ignore[arg-type]
+        elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and \
+                isinstance(target.slice.value, str):
+            self.keys.setdefault(target.slice.value, []).append(value)  # type: ignore[arg-type]
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._assign(elt, target, scope)  # unpacked: unknown
+
+    def fresh(self, e: ast.AST, scope: ast.AST, seen: frozenset = frozenset()) -> bool:
+        if isinstance(e, ast.Constant):
+            return e.value is None
+        if isinstance(e, ast.IfExp):
+            return self.fresh(e.body, scope, seen) and self.fresh(e.orelse, scope, seen)
+        if isinstance(e, ast.Call):
+            f = e.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            keywords = {k.arg: k.value for k in e.keywords if k.arg}
+            layout = keywords.get("memory_format")
+            if layout is not None and not (isinstance(layout, ast.Attribute) and layout.attr == "contiguous_format"):
+                return False  # channels_last, preserve_format
+            if name in _PY_FRESH:
+                return True
+            if name in _PY_LIKE:
+                return layout is not None or (bool(e.args) and self.fresh(e.args[0], scope, seen))
+            if name in _PY_KEEPS and isinstance(f, ast.Attribute):
+                return self.fresh(f.value, scope, seen)
+            return False
+        key = None
+        if isinstance(e, ast.Name):
+            key = ("name", e.id, id(scope))
+            if key in seen:
+                return False
+            table = self.locals.get(scope, {})
+            if e.id in table:
+                values = table[e.id]
+            elif e.id in self.params.get(scope, ()):
+                return False  # whatever the caller passes
+            else:
+                values = self.globals.get(e.id, [])
+                scope = self.tree
+        elif isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
+            key = ("key", e.slice.value)
+            values = self.keys.get(e.slice.value, [])
+        elif isinstance(e, ast.Attribute):
+            key = ("attr", e.attr)
+            values = self.attrs.get(e.attr, [])
+        else:
+            return False
+        if key in seen or not values:
+            return False
+        seen = seen | {key}
+        return all(isinstance(v, ast.expr) and self.fresh(v, scope if key[0] == "name" else self._scope_of(v), seen)
+                   for v in values)
+
+    def _scope_of(self, node: ast.AST) -> ast.AST:
+        for fn in self.locals:
+            if fn.lineno <= node.lineno <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
+                best = fn
+                for inner in self.locals:
+                    if inner is not fn and fn.lineno <= inner.lineno and (inner.end_lineno or 0) <= (fn.end_lineno or 0) \
+                            and inner.lineno <= node.lineno <= (inner.end_lineno or inner.lineno):  # type: ignore
+                        best = inner
+                return best
+        return self.tree
+
+
+def python_calls(sources: list, names: dict[str, str]) -> dict[str, list[PyCall]]:
+    """C++ name -> the calls of its binding in these Python files (PySource objects that mention
+    it). `names`: Python-visible name -> C++ name. A name the Python code also defines
+    (`def forward`, a wrapper of the same name) cannot be told from the binding: its calls are
+    not used, and the finding stands as if there were none."""
+    defined = {n.name for src in sources for n in ast.walk(src.tree)
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name in names}
+    wanted = {py: cxx for py, cxx in names.items() if py not in defined}
+    out: dict[str, list[PyCall]] = {}
+    if not wanted:
+        return out
+    for src in sources:
+        module: _Module | None = None
+        stack: list[tuple[ast.AST, ast.AST]] = [(src.tree, src.tree)]
+        while stack:
+            node, scope = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
+                stack.append((child, inner))
+                if not isinstance(child, ast.Call):
+                    continue
+                f = child.func
+                if isinstance(f, ast.Name):
+                    py = f.id
+                elif isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in ("self", "cls")) \
+                        and not isinstance(f.value, ast.Call):
+                    py = f.attr
+                else:
+                    continue
+                if py not in wanted:
+                    continue
+                if module is None:
+                    module = _Module(src.tree)
+                m = module
+
+                def arg(e: ast.expr, m=m, scope=scope) -> tuple[bool, str]:
+                    return m.fresh(e, scope), ast.get_source_segment(src.text, e) or ast.dump(e)[:40]
+
+                call = PyCall(src.path, child.lineno, [arg(a) for a in child.args if not isinstance(a, ast.Starred)],
+                              {k.arg: arg(k.value) for k in child.keywords if k.arg},
+                              any(isinstance(a, ast.Starred) for a in child.args) or any(k.arg is None for k in child.keywords))
+                out.setdefault(wanted[py], []).append(call)
+    return out
 
 
 # --- GPU010 ------------------------------------------------------------------------------------
@@ -567,18 +860,23 @@ def _aligned_alloc(path: str, cpp: CppFile, tok: Tok, args: list[list[Tok]], def
         f"aligned_alloc({align_text}, ({size_text} + {align_text} - 1) / {align_text} * {align_text})")
 
 
-def scan(path: str, text: str, data: bytes, codes: set[str]) -> tuple[list[Finding], list[FuncSummary], set[str]]:
+def scan(path: str, text: str, data: bytes,
+         codes: set[str]) -> tuple[list[Finding], list[FuncSummary], set[str], dict[str, str]]:
+    """Findings (GPU010), and GPU009's facts: summaries, bound C++ names, Python name -> C++ name."""
     if "GPU009" in codes and not is_extension_source(data):
         codes = codes - {"GPU009"}
     if not codes:
-        return [], [], set()
+        return [], [], set(), {}
     cpp = tokenize(text)
     findings: list[Finding] = []
     summaries: list[FuncSummary] = []
     bound: set[str] = set()
+    aliases: dict[str, str] = {}
     if "GPU010" in codes:
         findings += allocator_findings(path, cpp)
     if "GPU009" in codes:
         summaries = [s for s in summarise(path, cpp) if s.reads or s.calls]
         bound = bound_names(cpp)
-    return findings, summaries, bound
+        aliases = python_names(cpp)
+        bound |= set(aliases.values())
+    return findings, summaries, bound, aliases

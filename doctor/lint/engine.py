@@ -66,6 +66,7 @@ class FileResult:
     suppress: dict[int, frozenset[str] | None] = field(default_factory=dict)
     cpp_summaries: list[Any] = field(default_factory=list)
     cpp_bound: set[str] = field(default_factory=set)
+    cpp_aliases: dict[str, str] = field(default_factory=dict)  # Python name of a binding -> C++ function
     facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
     # GPU011 alone wanted this file for a cast followed by calls, and it creates no module: its
     # calls matter only if another file has a method that creates modules (parsed then, once)
@@ -242,7 +243,7 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
-        findings, result.cpp_summaries, result.cpp_bound = cpprules.scan(path, text, data, codes)
+        findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases = cpprules.scan(path, text, data, codes)
     else:
         from gpudoctor.lint import archflags
 
@@ -276,6 +277,8 @@ def lint_file(task: Task) -> FileResult:
         result.error = f"larger than {MAX_BYTES // (1024 * 1024)} MiB: not linted"
         return result
     codes = {r.code for r in wanted if r.wants(data)}
+    if task.kind == rules.PYTHON:
+        codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
     result.checked = True
     if codes == {"GPU011"} and task.kind == rules.PYTHON:
         from gpudoctor.lint.pyrules import may_create_late
@@ -383,8 +386,22 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
         from gpudoctor.lint import cpprules
 
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
-        for s, i in cpprules.resolve_data_ptr(summaries, bound):
-            f = cpprules.data_ptr_finding(s, i)
+        unprotected = cpprules.resolve_data_ptr(summaries, bound)
+        aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}
+        if unprotected and aliases:
+            # the entry points' own Python callers: read (in the parent) only the Python files
+            # that mention a binding's name followed by "(", and only when a read is unprotected
+            pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(aliases)))
+            sources = [src for path, t in sorted(tasks.items()) if t.kind == rules.PYTHON and _mentions(path, pattern)
+                       for src in [_load_python(path)] if src is not None]
+            try:
+                calls = cpprules.python_calls(sources, aliases) if sources else {}
+            except RecursionError:  # a file nested too deeply to follow: no evidence from Python
+                calls = {}
+            if calls:
+                unprotected = cpprules.resolve_data_ptr(summaries, bound, calls)
+        for s, i, call in unprotected:
+            f = cpprules.data_ptr_finding(s, i, call)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
     facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}

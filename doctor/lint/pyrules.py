@@ -340,14 +340,103 @@ def _beside_sdpa(src: PySource, node: ast.AST) -> bool:
     beside xformers or flash_attn is different: that is what runs when those packages are
     missing or fail on a new GPU, so it is still reported."""
     line = node.lineno  # type: ignore[attr-defined]
-    for st, _ in src.stmts:
+    for st, scope in src.stmts:
         if not isinstance(st, ast.If) or not (st.lineno <= line <= st.end_lineno):  # type: ignore[operator]
             continue
         for here, other in ((st.body, st.orelse), (st.orelse, st.body)):
             if here and other and here[0].lineno <= line <= here[-1].end_lineno:  # type: ignore[operator]
                 text = "".join(src.lines[other[0].lineno - 1:other[-1].end_lineno])
                 if "scaled_dot_product_attention" in text:
+                    return not _default_branch(src, st, line, scope)
+    return False
+
+
+_UNKNOWN = object()
+
+
+def _default_branch(src: PySource, st: ast.If, line: int, scope: ast.AST) -> bool:
+    """Whether the if/elif chain `st` takes the branch holding `line` when the class's switches
+    have their constructor defaults (`attention_mode="math"`, `enable_flash_attn=False` stored as
+    self.attention_mode / self.enable_flash_attn): then the hand-written branch is what runs
+    unless a caller asks otherwise, and SDPA beside it does not excuse it."""
+    defaults: dict[str, object] = {}
+    for cls in src.classes:
+        if not (cls.lineno <= line <= cls.end_lineno):  # type: ignore[operator]
+            continue
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                a = fn.args
+                positional = a.posonlyargs + a.args
+                pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults)) + \
+                    [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                given = {x.arg: d.value for x, d in pairs if isinstance(d, ast.Constant)}
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in given:
+                        for t in n.targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                defaults[t.attr] = given[n.value.id]
+    if not defaults:
+        return False
+    local: dict[str, list[ast.expr]] = {}
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Assign) and n.lineno < st.lineno:
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        local.setdefault(t.id, []).append(n.value)
+
+    def value(e: ast.AST, depth: int = 0) -> object:
+        if depth > 6:
+            return _UNKNOWN
+        if isinstance(e, ast.Constant):
+            return e.value
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+            return defaults.get(e.attr, _UNKNOWN)
+        if isinstance(e, ast.Name):
+            assigned = local.get(e.id, [])
+            return value(assigned[0], depth + 1) if len(assigned) == 1 else _UNKNOWN
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            v = value(e.operand, depth + 1)
+            return _UNKNOWN if v is _UNKNOWN else not v
+        if isinstance(e, ast.BoolOp):
+            unknown = False
+            for part in e.values:
+                v = value(part, depth + 1)
+                if v is _UNKNOWN:
+                    unknown = True
+                elif isinstance(e.op, ast.And) and not v:
+                    return False
+                elif isinstance(e.op, ast.Or) and v:
                     return True
+            return _UNKNOWN if unknown else isinstance(e.op, ast.And)
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            left, right = value(e.left, depth + 1), value(e.comparators[0], depth + 1)
+            if isinstance(e.comparators[0], (ast.Tuple, ast.List, ast.Set)):
+                items = [value(x, depth + 1) for x in e.comparators[0].elts]
+                if left is _UNKNOWN or _UNKNOWN in items:
+                    return _UNKNOWN
+                found = left in items
+                return found if isinstance(e.ops[0], ast.In) else not found
+            if left is _UNKNOWN or right is _UNKNOWN or isinstance(e.ops[0], (ast.In, ast.NotIn)):
+                return _UNKNOWN
+            return (left == right) if isinstance(e.ops[0], ast.Eq) else (left != right)
+        return _UNKNOWN
+
+    node: ast.If | None = st
+    while node is not None:
+        v = value(node.test)
+        if v is _UNKNOWN:
+            return False
+        branch = node.body if v else node.orelse
+        if not branch:
+            return False
+        if branch[0].lineno <= line <= branch[-1].end_lineno:  # type: ignore[operator]
+            if len(branch) == 1 and isinstance(branch[0], ast.If) and not v and \
+                    branch[0].lineno <= line <= branch[0].end_lineno:  # type: ignore[operator]
+                node = branch[0]  # an elif: decide its own test
+                continue
+            return True
+        return False
     return False
 
 
@@ -753,7 +842,7 @@ def _arch_flags(src: PySource) -> list[Finding]:
                 verdicts.append((verdict, node))
     # 2. TORCH_CUDA_ARCH_LIST set from Python
     values, unknown = _torch_arch_values(src)
-    if values and not unknown and len({v.text for v, _ in values}) == 1:
+    if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)):
         for tok, node in values:
             verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST")
             if verdict:
@@ -795,10 +884,19 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
     """The flag words of a list literal plus everything concatenated with it or appended to the
     name it is assigned to (in the same scope); None when any of that is not a literal."""
     toks: list[archflags.Tok] = []
+    resolving: set[str] = set()
 
     def add_literal(node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple)):
             return all(add_literal(e) for e in node.elts)
+        if isinstance(node, ast.Name) and node.id not in resolving:
+            # `[...] + version_macros + cc_flag`: a list name of this scope, bound to a literal
+            # (and appended to) before this use, adds its words
+            resolving.add(node.id)
+            try:
+                return _named_list(src, node.id, node.lineno, scope, add_literal)
+            finally:
+                resolving.discard(node.id)
         words = _string_toks(src, node)
         if words is not None:
             toks.extend(words)
@@ -857,6 +955,36 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
     return toks
 
 
+def _named_list(src: PySource, name: str, line: int, scope: ast.AST, add_literal) -> bool:
+    """Add the words of list `name` as it stands at `line`: its last assignment before the line in
+    this scope (a literal list) and the appends / extends / += after it; False when that
+    assignment is not a literal, is not found, or something else changes the list in between."""
+    pattern = re.compile(r"(?<![\w.])%s\b" % re.escape(name))
+    lines = {ln for ln in src.lines_matching(pattern) if ln < line}
+    start = None
+    for node, sc in src.nodes_on_lines(lines, (ast.Assign,)):
+        if sc is scope and node.lineno < line and any(dotted(t) == name for t in node.targets) and \
+                (start is None or node.lineno > start.lineno):
+            start = node
+    if start is None or not isinstance(start.value, (ast.List, ast.Tuple)):
+        return False
+    if not add_literal(start.value):
+        return False
+    for node, sc in src.nodes_on_lines({ln for ln in lines if ln > start.end_lineno},  # type: ignore[operator]
+                                       (ast.Call, ast.AugAssign, ast.Assign)):
+        if sc is not scope or not (start.end_lineno < node.lineno < line):  # type: ignore[operator]
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == name:
+            if node.func.attr not in ("append", "extend") or not all(add_literal(a) for a in node.args):
+                return False
+        elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
+            if not add_literal(node.value):
+                return False
+        elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+            return False
+    return True
+
+
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
     return any(n is node for n in walk([tree]))
 
@@ -869,6 +997,24 @@ def _is_self_concat(value: ast.AST, name: str, add_literal) -> bool:
         if right == name:
             return add_literal(value.left)
     return False
+
+
+_TOOLKIT_TEST = re.compile(r"cuda\w*version|version\w*cuda|bare_metal|nvcc|CUDA_VERSION|version\.cuda|cuda_major|"
+                           r"cuda_minor", re.I)
+_DEVICE_TEST = re.compile(r"capabilit|device_name|get_device|gpu_name|nvidia-smi|\bsm_?\d|\barch\b", re.I)
+
+
+def _toolkit_alternatives(src: PySource, values: list[tuple[archflags.Tok, ast.AST]]) -> bool:
+    """Different TORCH_CUDA_ARCH_LIST values picked by the CUDA toolkit's version (apex's
+    cross-compile defaults: `if bare_metal_major == 11: ... else: ...`) are each what a build gets
+    with that toolkit, whatever GPU it later runs on: each is judged. Values picked by the GPU
+    (`get_device_capability()`) are alternatives for the machine at hand and are left alone."""
+    tests: list[str] = []
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.If) and any(node.body[0].lineno <= v.lineno <= node.end_lineno  # type: ignore
+                                            for _, v in values):
+            tests.append(ast.get_source_segment(src.text, node.test) or "")
+    return any(_TOOLKIT_TEST.search(t) for t in tests) and not any(_DEVICE_TEST.search(t) for t in tests)
 
 
 def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST]], bool]:

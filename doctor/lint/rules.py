@@ -126,7 +126,9 @@ RULES: tuple[Rule, ...] = (
             "product (a linear layer, a bias-add GEMM, a gating softmax that is not multiplied with "
             "values) does not fire, and neither does a product with a module weight (self.weight), "
             "attention over query slices taken in a loop (sliced attention: the slice bounds its memory), "
-            "or a helper that only returns probabilities (the processor that multiplies them changes)."
+            "or a helper that only returns probabilities (the processor that multiplies them changes), "
+            "or a branch beside F.scaled_dot_product_attention (a fallback) unless the constructor's "
+            "defaults select it (attention_mode=\"math\", enable_flash_attn=False)."
         ),
     ),
     Rule(
@@ -335,7 +337,10 @@ RULES: tuple[Rule, ...] = (
             "newest family (\"8.0;9.0;10.0;12.0\"), builds that leave out only older GPUs or gaps "
             "between their targets (\"12.0\", \"8.0;12.0\"), family targets of the newest family "
             "(sm_120f), -arch=native/all, named architectures (Ampere), several alternative "
-            "TORCH_CUDA_ARCH_LIST values in one file, and flags built from variables do not fire."
+            "TORCH_CUDA_ARCH_LIST values in one file (unless picked by the CUDA toolkit's version alone, "
+            "as cross-compile defaults are: then each is judged), and flags built from variables do not "
+            "fire; a list name concatenated into the flags counts with the literal words and appends it "
+            "has at that point."
         ),
     ),
     Rule(
@@ -403,7 +408,8 @@ RULES: tuple[Rule, ...] = (
         name="data-ptr-unchecked",
         kb_id="noncontiguous-kernel-input",
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
-        kinds=(CPP,),
+        # Python files are read only for the bindings' callers, in the cross-file step
+        kinds=(CPP, PYTHON),
         # raw reads, or the bindings and dispatchers that call the functions reading them
         prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
         # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
@@ -416,7 +422,9 @@ RULES: tuple[Rule, ...] = (
             "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
             "with its strides; a device or dtype check is not a contiguity check. A function whose every "
             "caller in the linted files passes checked or contiguous tensors is fine; the files that "
-            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points. "
+            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points, "
+            "and the project's Python calls of a binding count as callers; a call passing a tensor "
+            "not known to be dense is named. "
             "One finding per function and tensor, at its first read (the reads in the other launch "
             "branches are the same fix)."
         ),
@@ -431,8 +439,11 @@ RULES: tuple[Rule, ...] = (
         near_misses=(
             "Reads of one-element tensors (TORCH_CHECK(x.numel() == 1)), reads after x.contiguous(), "
             "after a contiguity check or macro, of tensors created in the "
-            "function (torch::empty), pointer comparisons and alignment checks inside TORCH_CHECK, and "
-            "functions whose callers check, do not fire."
+            "function (torch::empty), of tensors a same-layout helper of the file compares with a checked "
+            "one (TORCH_CHECK(has_same_layout(dy, x))), pointer comparisons and alignment checks inside "
+            "TORCH_CHECK, and functions whose callers check or whose every Python call passes "
+            "torch.empty / torch.zeros / .contiguous() tensors, do not fire. A sizes comparison "
+            "(dy.sizes() == x.sizes()) is not a layout check."
         ),
     ),
     Rule(

@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from _timing import compare, table  # noqa: E402
 
-from gpudoctor.fleet.merge import _idle_cores  # noqa: E402
+from gpudoctor.fleet.readers import _idle_cores  # noqa: E402
 
 
 def write_fleet(folder: str, nodes: int) -> int:

@@ -13,9 +13,8 @@ from typer.testing import CliRunner
 import fleet_synth as fs
 from gpudoctor.cli import app
 from gpudoctor.fleet import render
-from gpudoctor.fleet.merge import (
-    MergeInputError, MergeOptions, _parse, _skim, load_inputs, merge_files, merge_reports, parse_documents,
-)
+from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files, merge_reports
+from gpudoctor.fleet.readers import _parse, _skim, load_inputs, parse_documents
 
 runner = CliRunner()
 

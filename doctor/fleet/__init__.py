@@ -2,6 +2,7 @@
 
 - `merge`: per-node (or per-rank) scan reports -> one fleet report (missing nodes and ranks, version
   and hardware drift, stragglers, probe verdicts that differ). Pure Python, no torch.
+- `readers`: the merge's inputs: report files read in bounded memory, one `Member` per report.
 - `model`: the fleet report (`FleetReport`, `FleetFinding`, `Culprit`); `render`: it as text, JSON
   and Markdown; `command`: `gpudoctor merge` and the output side of `scan --distributed`/`--ray`.
 - `launch`: what a scan records about the job it ran in (Slurm, torchrun, Ray), the NCCL set-up and

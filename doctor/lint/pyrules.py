@@ -686,6 +686,9 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
             cast = _cast_of(node.value)
             if cast and _is_parameter_call(src, cast[2]):
                 out.append(_parameter_then_cast(src, node, cast))
+    from gpudoctor.lint.pyparams import foreign_parameter_casts
+
+    out += foreign_parameter_casts(src)  # m.bias = m.bias.float() on a module typed nn.Linear
     unique = {(f.line, f.col): f for f in out}
     return list(unique.values())
 

@@ -95,3 +95,88 @@ def test_gpu005_fires_on_parameters_of_typed_modules(tmp_path):
 
 def test_gpu005_near_misses_stay_quiet(tmp_path):
     assert lint_source(tmp_path, FOREIGN_PARAMS_NEAR, select=["GPU005"]).findings == []
+
+
+# --- GPU011: a late method builds modules through a builder function of another module -------------
+
+LATE_PROJECT = {
+    "vidgen/__init__.py": "",
+    "vidgen/heads.py": """
+        import torch.nn as nn
+
+        def make_head(dim, depth=1):
+            if depth == 1:
+                return nn.Linear(dim, dim)
+            layers = [nn.Linear(dim, dim)]
+            for _ in range(depth - 1):
+                layers += [nn.SiLU(), nn.Linear(dim, dim)]
+            return nn.Sequential(*layers)
+
+        def make_typed_head(dim, dtype):
+            return nn.Linear(dim, dim, dtype=dtype)
+
+        def passthrough(module):
+            return module
+        """,
+    "vidgen/adapters.py": """
+        from .heads import make_head, make_typed_head, passthrough
+
+        class AdapterMixin:
+            def __init__(self, dim):
+                super().__init__()
+                self.base_head = make_head(dim)              # built in __init__: cast with the model
+
+            def attach_adapters(self, dim, depth=2):
+                self.adapter = make_head(dim, depth)          # <-
+
+            def attach_typed(self, dim):
+                self.typed = make_typed_head(dim, self.dtype)
+
+            def attach_existing(self, module):
+                self.existing = passthrough(module)
+
+            def attach_then_convert(self, dim):
+                self.converted = make_head(dim)
+                self.converted.to(self.dtype)
+
+            def prepare_early(self, dim):
+                self.early = make_head(dim)
+        """,
+    "vidgen/train.py": """
+        import torch
+        from .adapters import AdapterMixin
+
+        def train(cfg, model_cls, bf16):
+            model = model_cls.from_pretrained(cfg.path, torch_dtype=(torch.bfloat16 if bf16 else None))
+            model.get_decoder().attach_adapters(cfg.dim)
+            model.attach_typed(cfg.dim)
+            model.attach_existing(torch.nn.Identity())
+            model.attach_then_convert(cfg.dim)
+            return model
+
+        def early(cfg, model):
+            model.prepare_early(cfg.dim)
+            model.half()
+            return model
+        """,
+}
+
+
+def test_gpu011_late_method_through_a_builder_function(tmp_path):
+    result = lint_tree(tmp_path, LATE_PROJECT, select=["GPU011"])
+    expected = [("adapters.py", n) for n in marked_lines(LATE_PROJECT["vidgen/adapters.py"])]
+    assert found(result, "GPU011") == expected
+    message = result.findings[0].message
+    assert "the new module make_head() returns" in message and "attach_adapters()" in message
+    assert "train.py:6" in message and "cast to a lower precision at line 5" in message
+
+
+def test_gpu011_builder_without_a_cast_caller_is_quiet(tmp_path):
+    files = dict(LATE_PROJECT)
+    files["vidgen/train.py"] = """
+        def train(cfg, model_cls):
+            model = model_cls.from_pretrained(cfg.path)
+            model.get_decoder().attach_adapters(cfg.dim)
+            return model
+        """
+    assert lint_tree(tmp_path, files, select=["GPU011"]).findings == []

@@ -136,7 +136,8 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]])
             where, (_, line, _, root, cast_line, recv) = calls[method]
             for finding, foreign in created:
                 if foreign is not None:
-                    weighted = _weighted_classes(facts) if weighted is None else weighted
+                    weighted = _weighted_classes(facts) | set().union(*(g.builders for g in facts.values())) \
+                        if weighted is None else weighted
                     if foreign not in weighted:
                         continue
                 caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "

@@ -180,3 +180,100 @@ def test_gpu011_builder_without_a_cast_caller_is_quiet(tmp_path):
             return model
         """
     assert lint_tree(tmp_path, files, select=["GPU011"]).findings == []
+
+
+# --- GPU004: a table of level sizes built in a loop and put on the device ----------------------------
+
+LEVELS_PROJECT = {
+    "detr/__init__.py": "",
+    "detr/proposals.py": """
+        import torch
+
+        def level_anchors(feats, levels):
+            out, start = [], 0
+            for lvl, (h, w) in enumerate(levels):  # <-
+                out.append(feats[:, start:start + h * w].view(-1, h, w))
+                start += h * w
+            return out
+
+        def level_anchors_ints(feats, levels):
+            out, start = [], 0
+            for h, w in levels.tolist():
+                out.append(feats[:, start:start + h * w])
+                start += h * w
+            return out
+
+        def reference_path(feats, levels):
+            out = []
+            for h, w in levels:
+                out.append(feats[:, : h * w])
+            return out
+
+        def dispatch(feats, levels):
+            if feats.is_cuda:
+                return None
+            else:
+                return reference_path(feats, levels)
+        """,
+    "detr/encoder.py": """
+        import torch
+        from .proposals import dispatch, level_anchors, level_anchors_ints
+
+        class Encoder(torch.nn.Module):
+            def forward(self, srcs, feats):
+                levels = []
+                for src in srcs:
+                    _, _, h, w = src.shape
+                    levels.append((h, w))
+                levels = torch.as_tensor(levels, dtype=torch.long, device=feats.device)
+                starts = torch.cat((levels.new_zeros((1,)), levels.prod(1).cumsum(0)[:-1]))
+                a = level_anchors(feats, levels)
+                b = level_anchors_ints(feats, levels)
+                c = dispatch(feats, levels)
+                return a, b, c, starts
+
+            def on_cpu(self, srcs, feats):
+                sizes = []
+                for src in srcs:
+                    sizes.append((src.shape[-2], src.shape[-1]))
+                sizes = torch.as_tensor(sizes, dtype=torch.long, device="cpu")
+                for h, w in sizes:
+                    feats = feats[:, : h * w]
+                return feats
+
+            def with_ints(self, srcs, feats):
+                sizes = []
+                for src in srcs:
+                    sizes.append((src.shape[-2], src.shape[-1]))
+                sizes = torch.as_tensor(sizes, dtype=torch.long, device=feats.device)
+                for h, w in sizes:
+                    h, w = int(h), int(w)
+                    feats = feats[:, : h * w]
+                return feats
+        """,
+}
+
+
+def test_gpu004_runtime_level_table_followed_into_another_module(tmp_path):
+    result = lint_tree(tmp_path, LEVELS_PROJECT, select=["GPU004"])
+    expected = [("proposals.py", n) for n in marked_lines(LEVELS_PROJECT["detr/proposals.py"])]
+    # the callee that converts with .tolist(), the CPU-only reference path, the table left on the
+    # CPU, int() before use and the tensor arithmetic on the whole table stay quiet
+    assert found(result, "GPU004") == expected
+    assert "encoder.py:12" in result.findings[0].message
+
+
+def test_gpu004_same_function_iteration_of_a_device_table(tmp_path):
+    source = """
+    import torch
+
+    def anchors(srcs, device):
+        shapes = []
+        for s in srcs:
+            shapes.append((s.shape[-2], s.shape[-1]))
+        shapes = torch.as_tensor(shapes, dtype=torch.long, device=device)
+        for h, w in shapes:  # <-
+            yield torch.linspace(0.5, h - 0.5, h, device=device)
+    """
+    result = lint_source(tmp_path, source, select=["GPU004"])
+    assert lines(result, "GPU004") == marked_lines(source)

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from gpudoctor.lint.model import Finding
+from gpudoctor.lint.shapetables import cpu_only_lines
 
 
 def module_name(path: str) -> tuple[str | None, bool]:
@@ -270,7 +271,10 @@ def _shapes(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: d
         seen.add(mark)
         findings, onward = pyrules.whatif(src, fn, param, rank, origin)
         out += findings
+        cpu = cpu_only_lines(fn) if onward else set()
         for t, sl, rk, text, line in onward:
+            if line in cpu:
+                continue  # the CPU reference path (`else:` of `if value.is_cuda:`): no kernel, no sync
             todo.append((t, sl, rk, f"`{text}` handed on by {fn.name}() at {src.path}:{line}, which is {origin}", None))
     for path, f in facts.items():
         for key, finding in f.size_fallbacks.items():

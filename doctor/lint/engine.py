@@ -414,7 +414,7 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
         done: set[str] = set()
         pending = [p for p, fr in by_path.items() if fr.deferred]
         while pending:
-            defines = re.compile(rb"^[ \t]*class[ \t]+(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(needed)),
+            defines = re.compile(rb"^[ \t]*(?:class|def)[ \t]+(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(needed)),
                                  re.M) if needed else None
             grew = False
             for path in pending:

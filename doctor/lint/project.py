@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from gpudoctor.lint.model import Finding
+from gpudoctor.lint.shapetables import cpu_only_lines
 
 
 def module_name(path: str) -> tuple[str | None, bool]:
@@ -136,7 +137,8 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]])
             where, (_, line, _, root, cast_line, recv) = calls[method]
             for finding, foreign in created:
                 if foreign is not None:
-                    weighted = _weighted_classes(facts) if weighted is None else weighted
+                    weighted = _weighted_classes(facts) | set().union(*(g.builders for g in facts.values())) \
+                        if weighted is None else weighted
                     if foreign not in weighted:
                         continue
                 caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "
@@ -269,7 +271,10 @@ def _shapes(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: d
         seen.add(mark)
         findings, onward = pyrules.whatif(src, fn, param, rank, origin)
         out += findings
+        cpu = cpu_only_lines(fn) if onward else set()
         for t, sl, rk, text, line in onward:
+            if line in cpu:
+                continue  # the CPU reference path (`else:` of `if value.is_cuda:`): no kernel, no sync
             todo.append((t, sl, rk, f"`{text}` handed on by {fn.name}() at {src.path}:{line}, which is {origin}", None))
     for path, f in facts.items():
         for key, finding in f.size_fallbacks.items():

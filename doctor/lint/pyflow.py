@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from gpudoctor.lint.shapetables import table_rank
 from gpudoctor.lint.pysource import PySource, call_name, dotted, int_const, kwarg
 
 # --- symbolic sizes --------------------------------------------------------------------------
@@ -1014,7 +1015,7 @@ class Interp:
                 return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items),
                           roles=roles.pop() if len(roles) == 1 else None)
         if isinstance(v, TV) and v.rank:
-            return TV(rank=v.rank - 1, sizes=v.sizes)
+            return TV(rank=v.rank - 1, sizes=v.sizes, seed=v.seed)  # enumerate(sizes) keeps where it came from
         return None
 
     def size_tensor(self, node: ast.Call, qual: str) -> TV:
@@ -1037,6 +1038,8 @@ class Interp:
         dtype = kwarg(node, "dtype")
         int_dtype = isinstance(dtype, ast.Attribute) and dtype.attr in _INT_DTYPES
         is_sizes = from_shape or int_dtype or qual.endswith(("LongTensor", "IntTensor"))
+        if rank is None and int_dtype:  # a list of (h, w) filled in a loop, put on the device
+            rank = table_rank(self._fn, node)
         if rank is None or not is_sizes:
             return TV(rank=rank)
         return TV(rank=rank, sizes=True, layouts=frozenset({_identity(rank)}))

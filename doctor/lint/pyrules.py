@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.lint import archflags, rules
+from gpudoctor.lint.latemodules import NEVER_LATE, builders, imported_function, late_method
+from gpudoctor.lint.latemodules import receiver as late_receiver
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
 from gpudoctor.lint.pyflow import (AttentionEvent, FlashLayoutEvent, Interp, ShapeArgEvent, ShapeTensorEvent, TV,
                                    ViewEvent)
@@ -46,6 +48,8 @@ class Facts:
     # GPU011: the classes of the file, by name: (base names, creates weights in its own text,
     # casts its inputs, capitalised names it calls), for a class built in another module
     classes: dict[str, tuple[tuple[str, ...], bool, bool, tuple[str, ...]]] = field(default_factory=dict)
+    # GPU011: top-level functions of the file that return a new float32 module (builders)
+    builders: set[str] = field(default_factory=set)
     # GPU004: tensors of sizes handed to the project's code: (callee, slot, rank, the value as
     # written, line, key), and the caller-side findings to report where the callee cannot be
     # followed (key -> finding)
@@ -686,6 +690,9 @@ def _parameter_reassign(src: PySource) -> list[Finding]:
             cast = _cast_of(node.value)
             if cast and _is_parameter_call(src, cast[2]):
                 out.append(_parameter_then_cast(src, node, cast))
+    from gpudoctor.lint.pyparams import foreign_parameter_casts
+
+    out += foreign_parameter_casts(src)  # m.bias = m.bias.float() on a module typed nn.Linear
     unique = {(f.line, f.col): f for f in out}
     return list(unique.values())
 
@@ -1087,6 +1094,8 @@ def _dtype_like(node: ast.AST | None) -> bool:
     """torch.bfloat16 / torch.float16 / dtype / self.dtype / weight.dtype (not float32)."""
     if node is None:
         return False
+    if isinstance(node, ast.IfExp):  # torch_dtype=(torch.bfloat16 if args.bf16 else None)
+        return _dtype_like(node.body) or _dtype_like(node.orelse)
     if isinstance(node, ast.Attribute):
         if node.attr in _LOW_PRECISION:
             return True
@@ -1221,11 +1230,11 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
             if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(value, ast.Call) and \
                     isinstance(value.func, ast.Attribute):
                 c = value
-                recv_name = dotted(c.func.value) or ""
+                recv_name = late_receiver(c.func.value) or ""
                 # the longest cast prefix: self.pipe.dit.enable_x() after self.pipe was loaded cast
                 parts = recv_name.split(".") if recv_name else []
                 root = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in cast_at), "")
-                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(_BUILDER):
+                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(NEVER_LATE):
                     col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
                     facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
             # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
@@ -1245,13 +1254,12 @@ def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
     # every class of the file (for creators in other modules)
     for cls in src.classes:
         facts.classes[cls.name] = _class_summary(src, cls)
-    for cls in src.classes:
-        if cls.name not in local:
-            continue
+    facts.builders = builders(src, lambda node: _creates_module(src, node, local))
+    for cls in src.classes:  # mixins too (LLaVA's LlavaMetaModel): the call after a cast is the evidence
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         from_init = _called_from(src, methods, "__init__")
         for name, m in methods.items():
-            if name in from_init or name.startswith(_BUILDER):
+            if name in from_init or not late_method(name, name.startswith(_BUILDER), src.text):
                 continue
             created = _created_in(src, m, local)
             if created:
@@ -1289,7 +1297,8 @@ def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | 
     if isinstance(node.func, ast.Name) and _FOREIGN.match(node.func.id) and node.func.id not in local and \
             not q.startswith("torch."):
         return False, node.func.id  # a class of another module: the project pass decides
-    return None
+    builder = imported_function(src, node)
+    return (False, builder) if builder else None  # build_projector(cfg) of another module: the same
 
 
 _CONVERTS = {"to", "half", "bfloat16", "float", "double", "type", "cuda"}
@@ -1313,6 +1322,7 @@ def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | N
             continue
         sure, foreign = made
         what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
+        what = f"the new module {foreign}() returns" if foreign and foreign[:1].islower() else what
         f = _finding(src, s, "GPU011", (
             f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: float32 "  # type: ignore[attr-defined]
             f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
@@ -1343,7 +1353,8 @@ def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
     return False
 
 
-_SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter)\(", re.M)
+_SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter|\w*(?:build|make|create)_\w*)\(",
+                          re.M)
 _OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)+[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\(", re.M)
 _SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
 _DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
@@ -1363,7 +1374,7 @@ def may_create_late(data: bytes) -> bool:
             defs = [(d.start(), len(d.group(1)), d.group(2).decode("ascii", "replace")) for d in _DEF.finditer(data)]
         indent = len(m.group(1))
         name = next((n for start, ind, n in reversed(defs) if start < m.start() and ind < indent), None)
-        if name is None or not name.startswith(_BUILDER):
+        if name is None or late_method(name, name.startswith(_BUILDER), data.decode("latin-1")):
             return True
     return False
 

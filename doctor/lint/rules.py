@@ -493,7 +493,9 @@ RULES: tuple[Rule, ...] = (
         prefilter=((b"nn.", b"Module", b"Parameter", b"dtype", b".half()", b".bfloat16()"),),
         # a cast (the cross-file call site) or an nn module assigned to self (the creators)
         pattern=((rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]", rb"torch_dtype\s*=", rb"\.(?:half|bfloat16)\(\)",
-                  rb"\.to\([^)\n]*(?:dtype|bfloat16|float16|half)"),),
+                  rb"\.to\([^)\n]*(?:dtype|bfloat16|float16|half)",
+                  # a builder function of the project (build_projector) and a method that calls one
+                  rb"return[ \t]+(?:nn|torch\.nn)\.[A-Z]", rb"self\.\w+\s*=\s*\w*(?:build|make|create)_\w*\("),),
         what=(
             "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
             "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "

@@ -281,7 +281,7 @@ def lint_file(task: Task) -> FileResult:
         codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
     result.checked = True
     if codes == {"GPU011"} and task.kind == rules.PYTHON:
-        from gpudoctor.lint.pyrules import may_create_late
+        from gpudoctor.lint.latemodules import may_create_late
 
         if not may_create_late(data):
             result.deferred = True
@@ -480,13 +480,13 @@ def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
 
 def _late_module_facts(path: str) -> Any:
     """GPU011's facts of a file deferred in the first pass (see FileResult.deferred)."""
-    from gpudoctor.lint import pyrules
+    from gpudoctor.lint import latemodules, pyrules
 
     src = _load_python(path)
     if src is None:
         return None
     facts = pyrules.Facts()
-    pyrules._module_after_cast(src, facts)
+    latemodules.module_after_cast(src, facts)
     return facts
 
 

@@ -66,7 +66,7 @@ def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], suppressed
 
 
 def _attention(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list[Finding]:
-    from gpudoctor.lint.pyflow import PROBS_HELPERS
+    from gpudoctor.lint.pyvalues import PROBS_HELPERS
 
     probs = set(PROBS_HELPERS).union(*(f.returns_probs for f in facts.values()))
     scores = set().union(*(f.returns_scores for f in facts.values()))

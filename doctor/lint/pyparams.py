@@ -13,7 +13,7 @@ import ast
 import re
 
 from gpudoctor.lint.model import UNSAFE, Edit, Finding, Fix
-from gpudoctor.lint.pysource import PySource, dotted
+from gpudoctor.lint.pysource import PySource, dotted, finding
 
 _STD_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LayerNorm|GroupNorm|RMSNorm|"
                            r"BatchNorm[123]d|InstanceNorm[123]d|Embedding|EmbeddingBag)$")
@@ -129,6 +129,5 @@ def _cast_back(src: PySource, st: ast.Assign, known: dict[str, str]) -> Finding 
                f"({key}.data = {key}.data.{method}(...), which changes the caller's module)")
     fix = Fix(UNSAFE, f"convert in place: {key}.data = {key}.data.{method}(...) (changes the caller's module)",
               (Edit(tend, tend, ".data"), Edit(rend, rend, ".data")))
-    from gpudoctor.lint.pyrules import _finding
 
-    return _finding(src, st, "GPU005", message, fix)
+    return finding(src, st, "GPU005", message, fix)

@@ -3,9 +3,12 @@ GPU008) and check the rules that need only the tree: sdp_kernel (GPU002), Parame
 (GPU005), arch flags in setup.py / cpp_extension calls (GPU006), xformers call sites (GPU007) and
 modules created after a cast (GPU011).
 
-GPU011 is partly cross-file: a method that creates float32 submodules and never converts them is
-summarised here (`Facts.creators`), and so is every call made on an object after it was cast
-(`Facts.after_cast`); gpudoctor.lint.engine pairs them over all linted files in its cross-file step.
+The interpreter is gpudoctor.lint.pyflow (its values and events in pyvalues); GPU006's flag
+collection lives in gpudoctor.lint.pyarch and GPU011 in gpudoctor.lint.latemodules, both called
+from `check`. GPU011 is partly cross-file: a method that creates float32 submodules and never
+converts them is summarised there (`Facts.creators`), and so is every call made on an object after
+it was cast (`Facts.after_cast`); gpudoctor.lint.engine pairs them over all linted files in its
+cross-file step.
 """
 from __future__ import annotations
 
@@ -13,21 +16,17 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from gpudoctor.lint import archflags, rules
-from gpudoctor.lint.latemodules import NEVER_LATE, builders, imported_function, late_method
-from gpudoctor.lint.latemodules import receiver as late_receiver
+from gpudoctor.lint import pyarch, rules
+from gpudoctor.lint import latemodules
+from gpudoctor.lint.latemodules import _CASTS
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
-from gpudoctor.lint.pyflow import (AttentionEvent, FlashLayoutEvent, Interp, ShapeArgEvent, ShapeTensorEvent, TV,
-                                   ViewEvent)
-from gpudoctor.lint.pysource import PySource, call_name, dotted, kwarg, walk
-from gpudoctor.lint.rules import BY_CODE
+from gpudoctor.lint.pyflow import Interp
+from gpudoctor.lint.pyvalues import (AttentionEvent, FlashLayoutEvent, ShapeArgEvent, ShapeTensorEvent, TV,
+                                     ViewEvent)
+from gpudoctor.lint.pysource import PySource, call_name, dotted, finding, walk
 
-_CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
-_LOW_PRECISION = {"bfloat16", "float16", "half", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
 _STD_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LayerNorm|GroupNorm|RMSNorm|"
                            r"BatchNorm[123]d|InstanceNorm[123]d|Embedding|EmbeddingBag|PReLU)$")
-_BUILDER = ("__", "_init", "init", "build", "_build", "setup", "_setup", "reset", "_reset", "create", "_create",
-            "make", "_make", "construct", "_construct", "forward", "extra_repr", "load", "_load", "from_")
 _SDP_ORDER = (("enable_flash", "FLASH_ATTENTION"), ("enable_mem_efficient", "EFFICIENT_ATTENTION"),
               ("enable_math", "MATH"), ("enable_cudnn", "CUDNN_ATTENTION"))
 _SDP_POSITIONAL = ("enable_flash", "enable_math", "enable_mem_efficient", "enable_cudnn")
@@ -60,16 +59,6 @@ class Facts:
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
 
 
-def _finding(src: PySource, node: ast.AST, code: str, message: str, fix: Fix,
-             line: int | None = None, byte_col: int | None = None) -> Finding:
-    lineno = line if line is not None else node.lineno  # type: ignore[attr-defined]
-    col = byte_col if byte_col is not None else node.col_offset  # type: ignore[attr-defined]
-    end_line = getattr(node, "end_lineno", lineno) or lineno
-    end_col = src.char_col(end_line, getattr(node, "end_col_offset", col) or col) + 1
-    return Finding(path=src.path, line=lineno, col=src.char_col(lineno, col) + 1, code=code,
-                   kb_id=BY_CODE[code].kb_id, message=message, fix=fix, end_line=end_line, end_col=end_col)
-
-
 def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
     text = " ".join(src.segment(node).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -84,11 +73,11 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
     if "GPU005" in codes:
         out += _parameter_reassign(src)
     if "GPU006" in codes:
-        out += _arch_flags(src)
+        out += pyarch.arch_flags(src)
     if "GPU007" in codes:
         out += _xformers(src)
     if "GPU011" in codes:
-        out += _module_after_cast(src, facts)
+        out += latemodules.module_after_cast(src, facts)
     return out
 
 
@@ -190,7 +179,7 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
                 facts.size_fallbacks[id(ev.value)] = f  # only if the callee cannot be followed
                 f = None
         elif isinstance(ev, FlashLayoutEvent) and "GPU008" in codes:
-            f = _finding(src, ev.arg, "GPU008", ev.detail,
+            f = finding(src, ev.arg, "GPU008", ev.detail,
                          Fix(DISPLAY_ONLY, "pass (batch, seqlen, heads, head_dim) tensors: drop or undo the transpose(1, 2)"))
         if f is not None:
             key = (f.line, f.col, f.code)
@@ -334,7 +323,7 @@ def _view_finding(src: PySource, ev: ViewEvent) -> Finding | None:
     message = (f".view() merges dimensions of {what}; view cannot merge dimensions that are not adjacent "
                f"in memory ('view size is not compatible with input tensor's size and stride'): use .reshape()")
     fix = Fix(SAFE, "replace .view( with .reshape(", (Edit(start, end, "reshape"),))
-    f = _finding(src, ev.call, "GPU003", message, fix, line=line, byte_col=byte_col)
+    f = finding(src, ev.call, "GPU003", message, fix, line=line, byte_col=byte_col)
     return f
 
 
@@ -485,7 +474,7 @@ def _attention_finding(src: PySource, ev: AttentionEvent) -> Finding:
     message = (f"hand-written attention: {what} builds the full score matrix (batch x heads x N x M), which a "
                f"softmax normalises and line {ev.product.lineno} multiplies with the values; memory grows "
                f"with the square of the sequence length: use F.scaled_dot_product_attention")  # type: ignore[attr-defined]
-    return _finding(src, node, "GPU001", message,
+    return finding(src, node, "GPU001", message,
                     Fix(DISPLAY_ONLY, "replace the product, softmax and product with "
                         "F.scaled_dot_product_attention(q, k, v, attn_mask=..., scale=...) on (B, H, N, D) tensors"))
 
@@ -507,12 +496,12 @@ def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | Non
         message = (f"shape values taken from the tensor `{tensor}` are 0-d tensors: `{use}`{where} runs tensor ops "
                    f"(on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
                    f"such as 'misaligned address' gets reported); convert them to Python ints first with .tolist()")
-        return _finding(src, ev.unpacked, "GPU004", message,
+        return finding(src, ev.unpacked, "GPU004", message,
                         _tolist_fix(src, ev.unpacked, f"unpack `{tensor}.tolist()` (Python ints) instead of tensor elements"))
     message = (f"`{tensor}` is {origin}: the values taken from it here are 0-d tensors, so `{use}`{where} runs tensor "
                f"ops (on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
                f"such as 'misaligned address' gets reported); pass Python ints there (.tolist()) or convert here")
-    return _finding(src, ev.unpacked, "GPU004", message,
+    return finding(src, ev.unpacked, "GPU004", message,
                     Fix(DISPLAY_ONLY, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
 
 
@@ -521,7 +510,7 @@ def _shape_arg_finding(src: PySource, ev: ShapeArgEvent) -> Finding:
     message = (f"{ev.keyword}= gets `{value}`, a row of a tensor of sizes: the callee unpacks 0-d tensors, so its "
                f"shape arithmetic runs tensor ops (and syncs on CUDA, where an earlier asynchronous error such "
                f"as 'misaligned address' gets reported); pass `{value}.tolist()`")
-    return _finding(src, ev.value, "GPU004", message, _tolist_fix(src, ev.value, f"pass `{value}.tolist()`"))
+    return finding(src, ev.value, "GPU004", message, _tolist_fix(src, ev.value, f"pass `{value}.tolist()`"))
 
 
 # --- GPU002: sdp_kernel -----------------------------------------------------------------------
@@ -543,7 +532,7 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
     calls.sort(key=lambda n: (n.lineno, n.col_offset))
     for node in refs:
         if id(node) not in call_funcs and src.qualname(node) == _SDP:
-            out.append(_finding(src, node, "GPU002",
+            out.append(finding(src, node, "GPU002",
                                 "torch.backends.cuda.sdp_kernel is deprecated (FutureWarning since PyTorch 2.3) and "
                                 "will be removed: use torch.nn.attention.sdpa_kernel with a list of SDPBackend values",
                                 Fix(DISPLAY_ONLY, "use torch.nn.attention.sdpa_kernel([...SDPBackend...])")))
@@ -552,12 +541,12 @@ def _sdp_kernel(src: PySource) -> list[Finding]:
         message = ("torch.backends.cuda.sdp_kernel() is deprecated (FutureWarning since PyTorch 2.3) and will be "
                    "removed: use torch.nn.attention.sdpa_kernel(")
         if backends is None:
-            out.append(_finding(src, call, "GPU002", message + "[...]) listing the backends whose flag is true",
+            out.append(finding(src, call, "GPU002", message + "[...]) listing the backends whose flag is true",
                                 Fix(DISPLAY_ONLY, "list the SDPBackend members whose enable_* flag is true")))
             continue
         listed = "[" + ", ".join(f"SDPBackend.{b}" for b in backends) + "]"
         fix = _sdp_fix(src, call, listed)
-        out.append(_finding(src, call, "GPU002", message + listed + ")", fix))
+        out.append(finding(src, call, "GPU002", message + listed + ")", fix))
     return out
 
 
@@ -721,7 +710,7 @@ def _thrown_away(src: PySource, node: ast.Expr, known: set[str]) -> Finding | No
                f".{method}(), a parameter's conversion is not in place, so {key} keeps its old dtype/device (a "
                f"float32 parameter next to a half-precision model: 'expected scalar type' / 'mat1 and mat2 must "
                f"have the same dtype'); convert in place: {spelt}.data = {spelt}.data.{method}(...)")
-    return _finding(src, node, "GPU005", message, fix)
+    return finding(src, node, "GPU005", message, fix)
 
 
 def _computed(src: PySource, node: ast.Assign, known: set[str]) -> Finding | None:
@@ -748,7 +737,7 @@ def _computed(src: PySource, node: ast.Assign, known: set[str]) -> Finding | Non
                f"parameter's name raises TypeError: cannot assign ... as parameter (torch.nn.Parameter or None "
                f"expected) (and would replace the learned values with a computed copy on every call); keep it in "
                f"a local name: {local} = {shown}")
-    return _finding(src, node, "GPU005", message,
+    return finding(src, node, "GPU005", message,
                     Fix(DISPLAY_ONLY, f"assign the computed tensor to a local name ({local} = ...) and use that"))
 
 
@@ -766,7 +755,7 @@ def _reassign(src: PySource, node: ast.Assign, known: set[str]) -> Finding | Non
     message = (f"{key} is an nn.Parameter, but {key}.{method}(...) returns a plain Tensor whenever it converts: the "
                f"assignment raises TypeError: cannot assign ... as parameter (torch.nn.Parameter or None expected); "
                f"convert in place ({key}.data = {key}.data.{method}(...)) or convert the module")
-    return _finding(src, node, "GPU005", message, fix)
+    return finding(src, node, "GPU005", message, fix)
 
 
 def _parameter_then_cast(src: PySource, node: ast.Assign, cast: tuple[ast.Call, str, ast.expr]) -> Finding:
@@ -790,272 +779,7 @@ def _parameter_then_cast(src: PySource, node: ast.Assign, cast: tuple[ast.Call, 
     message = (f"nn.Parameter(...){suffix.split('(')[0]}(...) is a plain Tensor whenever the conversion happens, so "
                f"{key} is not registered as a parameter (missing from parameters(), the optimizer and the state "
                f"dict); convert the data first: nn.Parameter(data{suffix.split('(')[0]}(...))")
-    return _finding(src, node, "GPU005", message, fix)
-
-
-# --- GPU006: arch flags in Python -------------------------------------------------------------
-
-
-def _str_const(node: ast.AST) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-def _parents(roots: list[ast.AST]) -> dict[int, ast.AST]:
-    parents: dict[int, ast.AST] = {}
-    for root in roots:
-        for node in walk([root]):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-    return parents
-
-
-def _arch_flags(src: PySource) -> list[Finding]:
-    out: list[Finding] = []
-    verdicts: list[tuple[archflags.Verdict, ast.AST]] = []
-    # 1. flag lists, on the lines that mention nvcc architecture flags
-    hint_lines = src.lines_matching(archflags.FLAG_HINT)
-    lists = [(n, sc) for n, sc in src.nodes_on_lines(hint_lines, (ast.List, ast.Tuple))
-             if any(archflags.FLAG_HINT.search(x) for x in map(_str_const, n.elts) if x)]  # type: ignore[attr-defined]
-    # `cc_flag = []` filled by `cc_flag.append("-gencode")`, `cc_flag.append("arch=...")` (mmcv, mamba)
-    appended: dict[tuple[str, int], int] = {}
-    for node, sc in src.nodes_on_lines(hint_lines, (ast.Call,)):
-        if isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "insert") and \
-                any(archflags.FLAG_HINT.search(x) for a in node.args for x in
-                    ([_str_const(a)] + [_str_const(e) for e in getattr(a, "elts", [])]) if x):
-            name = dotted(node.func.value)
-            if name:
-                appended.setdefault((name, id(sc)), node.lineno)
-    if appended:
-        have = {id(n) for n, _ in lists}
-        for st, sc in src.stmts:
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, (ast.List, ast.Tuple)) and \
-                    id(st.value) not in have:
-                line = appended.get((dotted(st.targets[0]) or "", id(sc)))
-                if line is not None and st.lineno < line:
-                    lists.append((st.value, sc))
-                    have.add(id(st.value))
-    if lists:
-        roots = [st for st, _ in src.stmts if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                 and any(st.lineno <= n.lineno <= st.end_lineno for n, _ in lists)]  # type: ignore[operator]
-        parents = _parents(roots)
-        for node, scope in lists:
-            if isinstance(parents.get(id(node)), (ast.List, ast.Tuple)):
-                continue
-            group = _flag_group(src, node, parents, scope)
-            if group is None:
-                continue
-            verdict = archflags.judge(archflags.nvcc_targets(group), "these nvcc flags")
-            if verdict:
-                verdicts.append((verdict, node))
-    # 2. TORCH_CUDA_ARCH_LIST set from Python
-    values, unknown = _torch_arch_values(src)
-    if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)):
-        for tok, node in values:
-            verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST")
-            if verdict:
-                verdicts.append((verdict, node))
-    for verdict, node in verdicts:
-        start = verdict.anchor.start
-        if start is not None:
-            import bisect
-
-            line = bisect.bisect_right(src.starts, start)
-            col = start - src.starts[line - 1]
-            byte_col = len(src.lines[line - 1][:col].encode("utf-8"))
-        else:
-            line, byte_col = node.lineno, node.col_offset  # type: ignore[attr-defined]
-        fix = Fix(SAFE, "add PTX for the newest target", verdict.edits) if verdict.edits else \
-            Fix(DISPLAY_ONLY, verdict.hint)
-        out.append(_finding(src, node, "GPU006", verdict.message, fix, line=line, byte_col=byte_col))
-    return out
-
-
-def _string_toks(src: PySource, node: ast.AST) -> list[archflags.Tok] | None:
-    """The whitespace-separated words of a string literal with their file offsets (offsets only
-    where the literal spells its text verbatim)."""
-    value = _str_const(node)
-    if value is None:
-        return None
-    seg_start, seg_end = src.span(node)
-    seg = src.text[seg_start:seg_end]
-    toks = []
-    exact = "\\" not in seg and value in seg and seg.count(value) == 1
-    base = seg_start + seg.find(value) if exact else None
-    for m in re.finditer(r"\S+", value):
-        toks.append(archflags.Tok(m.group(), base + m.start() if base is not None else None))
-    return toks
-
-
-def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope: ast.AST) \
-        -> list[archflags.Tok] | None:
-    """The flag words of a list literal plus everything concatenated with it or appended to the
-    name it is assigned to (in the same scope); None when any of that is not a literal."""
-    toks: list[archflags.Tok] = []
-    resolving: set[str] = set()
-
-    def add_literal(node: ast.AST) -> bool:
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return all(add_literal(e) for e in node.elts)
-        if isinstance(node, ast.Name) and node.id not in resolving:
-            # `[...] + version_macros + cc_flag`: a list name of this scope, bound to a literal
-            # (and appended to) before this use, adds its words
-            resolving.add(node.id)
-            try:
-                return _named_list(src, node.id, node.lineno, scope, add_literal)
-            finally:
-                resolving.discard(node.id)
-        words = _string_toks(src, node)
-        if words is not None:
-            toks.extend(words)
-            return True
-        if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
-            return not archflags.FLAG_HINT.search(text) and "sm_" not in text and "compute_" not in text
-        if isinstance(node, ast.Constant):
-            return True
-        return False  # a name or call: could add architectures
-
-    if not add_literal(lst):
-        return None
-    parent = parents.get(id(lst))
-    # `flags + [...]`, `[...] + other`: everything concatenated belongs to the group
-    while isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
-        for side in (parent.left, parent.right):
-            if side is not lst and not _contains(side, lst) and not add_literal(side):
-                return None
-        lst, parent = parent, parents.get(id(parent))
-    name = None
-    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
-        name = dotted(parent.targets[0])
-    elif isinstance(parent, ast.AugAssign):
-        return None
-    if not name:
-        return toks
-    scope_lines = set(range(scope.lineno, scope.end_lineno + 1)) if hasattr(scope, "end_lineno") else None  # type: ignore[attr-defined]
-    pattern = re.compile(r"(?<![\w.])%s\b" % re.escape(name))
-    lines = src.lines_matching(pattern)
-    if scope_lines is not None:
-        lines &= scope_lines
-    for node, sc in src.nodes_on_lines(lines, (ast.Call, ast.AugAssign, ast.Assign, ast.BinOp, ast.Starred)):
-        if sc is not scope and scope is not src.tree:
-            continue
-        if node is parent:
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                dotted(node.func.value) == name and node.func.attr in ("append", "extend", "insert", "__iadd__"):
-            for a in node.args[1:] if node.func.attr == "insert" else node.args:
-                if not add_literal(a):
-                    return None
-        elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
-            if not add_literal(node.value):
-                return None
-        elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
-            if not _is_self_concat(node.value, name, add_literal):
-                return None
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
-                name in (dotted(node.left), dotted(node.right)):
-            other = node.right if dotted(node.left) == name else node.left
-            if not add_literal(other):
-                return None
-        elif isinstance(node, ast.Starred) and dotted(node.value) == name:
-            return None
-    return toks
-
-
-def _named_list(src: PySource, name: str, line: int, scope: ast.AST, add_literal) -> bool:
-    """Add the words of list `name` as it stands at `line`: its last assignment before the line in
-    this scope (a literal list) and the appends / extends / += after it; False when that
-    assignment is not a literal, is not found, or something else changes the list in between."""
-    pattern = re.compile(r"(?<![\w.])%s\b" % re.escape(name))
-    lines = {ln for ln in src.lines_matching(pattern) if ln < line}
-    start = None
-    for node, sc in src.nodes_on_lines(lines, (ast.Assign,)):
-        if sc is scope and node.lineno < line and any(dotted(t) == name for t in node.targets) and \
-                (start is None or node.lineno > start.lineno):
-            start = node
-    if start is None or not isinstance(start.value, (ast.List, ast.Tuple)):
-        return False
-    if not add_literal(start.value):
-        return False
-    for node, sc in src.nodes_on_lines({ln for ln in lines if ln > start.end_lineno},  # type: ignore[operator]
-                                       (ast.Call, ast.AugAssign, ast.Assign)):
-        if sc is not scope or not (start.end_lineno < node.lineno < line):  # type: ignore[operator]
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == name:
-            if node.func.attr not in ("append", "extend") or not all(add_literal(a) for a in node.args):
-                return False
-        elif isinstance(node, ast.AugAssign) and dotted(node.target) == name:
-            if not add_literal(node.value):
-                return False
-        elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
-            return False
-    return True
-
-
-def _contains(tree: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in walk([tree]))
-
-
-def _is_self_concat(value: ast.AST, name: str, add_literal) -> bool:
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-        left, right = dotted(value.left), dotted(value.right)
-        if left == name:
-            return add_literal(value.right)
-        if right == name:
-            return add_literal(value.left)
-    return False
-
-
-_TOOLKIT_TEST = re.compile(r"cuda\w*version|version\w*cuda|bare_metal|nvcc|CUDA_VERSION|version\.cuda|cuda_major|"
-                           r"cuda_minor", re.I)
-_DEVICE_TEST = re.compile(r"capabilit|device_name|get_device|gpu_name|nvidia-smi|\bsm_?\d|\barch\b", re.I)
-
-
-def _toolkit_alternatives(src: PySource, values: list[tuple[archflags.Tok, ast.AST]]) -> bool:
-    """Different TORCH_CUDA_ARCH_LIST values picked by the CUDA toolkit's version (apex's
-    cross-compile defaults: `if bare_metal_major == 11: ... else: ...`) are each what a build gets
-    with that toolkit, whatever GPU it later runs on: each is judged. Values picked by the GPU
-    (`get_device_capability()`) are alternatives for the machine at hand and are left alone."""
-    tests: list[str] = []
-    for node in ast.walk(src.tree):
-        if isinstance(node, ast.If) and any(node.body[0].lineno <= v.lineno <= node.end_lineno  # type: ignore
-                                            for _, v in values):
-            tests.append(ast.get_source_segment(src.text, node.test) or "")
-    return any(_TOOLKIT_TEST.search(t) for t in tests) and not any(_DEVICE_TEST.search(t) for t in tests)
-
-
-def _torch_arch_values(src: PySource) -> tuple[list[tuple[archflags.Tok, ast.AST]], bool]:
-    key = "TORCH_CUDA_ARCH_LIST"
-    values: list[tuple[archflags.Tok, ast.AST]] = []
-    unknown = False
-
-    def take(node: ast.AST) -> None:
-        nonlocal unknown
-        toks = _string_toks(src, node)
-        if toks is None:
-            unknown = True
-            return
-        value = _str_const(node) or ""
-        start = toks[0].start - value.find(toks[0].text) if toks and toks[0].start is not None else None
-        values.append((archflags.Tok(value, start), node))
-
-    for node, _ in src.nodes_on_lines(src.lines_matching(key), (ast.Assign, ast.Call, ast.Dict)):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Subscript) and _str_const(t.slice) == key:
-                    take(node.value)
-        elif isinstance(node, ast.Call):
-            name = call_name(node)
-            if name in ("setdefault", "putenv") and len(node.args) == 2 and _str_const(node.args[0]) == key:
-                take(node.args[1])
-            for kw in node.keywords:
-                if kw.arg == key:
-                    take(kw.value)
-        elif isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
-                if k is not None and _str_const(k) == key:
-                    take(v)
-    return values, unknown
+    return finding(src, node, "GPU005", message, fix)
 
 
 # --- GPU007: xformers -------------------------------------------------------------------------
@@ -1070,7 +794,7 @@ def _xformers(src: PySource) -> list[Finding]:
         if isinstance(node.func, ast.Name):
             name = (src.qualname(node.func) or name).rsplit(".", 1)[-1]
         if name == "enable_xformers_memory_efficient_attention" and isinstance(node.func, ast.Attribute):
-            out.append(_finding(src, node, "GPU007", (
+            out.append(finding(src, node, "GPU007", (
                 "enable_xformers_memory_efficient_attention(): xformers 0.0.30-0.0.32 run a Hopper-only "
                 "FlashAttention-3 kernel that fails on Blackwell GPUs (sm_100 / sm_120: 'invalid argument' or "
                 "'too new'); without this call diffusers uses PyTorch SDPA, which has kernels for them"),
@@ -1078,315 +802,10 @@ def _xformers(src: PySource) -> list[Finding]:
         elif name == "memory_efficient_attention":
             q = src.qualname(node.func) or ""
             if q.startswith("xformers.") or q in ("xops.memory_efficient_attention",):
-                out.append(_finding(src, node, "GPU007", (
+                out.append(finding(src, node, "GPU007", (
                     "xformers.ops.memory_efficient_attention: xformers 0.0.30-0.0.32 dispatch fp16/bf16 inputs to a "
                     "Hopper-only FlashAttention-3 kernel that fails on Blackwell GPUs (sm_100 / sm_120); "
                     "F.scaled_dot_product_attention on (B, H, N, D) tensors runs there"),
                     Fix(DISPLAY_ONLY, "F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), "
                                       "v.transpose(1, 2)).transpose(1, 2) for (B, N, H, D) inputs")))
     return out
-
-
-# --- GPU011: modules created after a cast -----------------------------------------------------
-
-
-def _dtype_like(node: ast.AST | None) -> bool:
-    """torch.bfloat16 / torch.float16 / dtype / self.dtype / weight.dtype (not float32)."""
-    if node is None:
-        return False
-    if isinstance(node, ast.IfExp):  # torch_dtype=(torch.bfloat16 if args.bf16 else None)
-        return _dtype_like(node.body) or _dtype_like(node.orelse)
-    if isinstance(node, ast.Attribute):
-        if node.attr in _LOW_PRECISION:
-            return True
-        return node.attr == "dtype" or node.attr.endswith("_dtype")
-    if isinstance(node, ast.Name):
-        return "dtype" in node.id.lower()
-    return False
-
-
-def _cast_event(node: ast.AST) -> str | None:
-    """The receiver of `X.to(bf16)`, `X.half()`, `X.bfloat16()`."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
-        return None
-    method = node.func.attr
-    recv = dotted(node.func.value)
-    if not recv:
-        return None
-    if method in ("half", "bfloat16") and not node.args:
-        return recv
-    if method == "to" and (any(_dtype_like(a) for a in node.args) or _dtype_like(kwarg(node, "dtype"))):
-        return recv
-    return None
-
-
-_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|EmbeddingBag|"
-                       r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
-                       r"RNN|PReLU|Transformer\w*)$")
-_WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
-                           r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU|Parameter)\("
-                           r"|\bParameter\(")
-_CASTS_INPUTS = re.compile(r"\.to\([^)\n]*dtype|\.type_as\(|autocast\(")
-
-
-def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
-    """A new float32 module with weights: nn.Linear(...) / a local module class that creates
-    weights and does not cast its inputs to them / nn.Parameter(torch.randn(...)); no dtype,
-    not cast."""
-    if not isinstance(node, ast.Call):
-        return False
-    q = src.qualname(node.func) or ""
-    last = q.rsplit(".", 1)[-1]
-    if any(k.arg in ("dtype",) or k.arg is None for k in node.keywords):
-        return False
-    if "dtype" in src.segment(node):
-        return False
-    if last == "Parameter":
-        # nn.Parameter(torch.randn(1, dim) * 0.02): data made here, in float32
-        data = node.args[0] if node.args else kwarg(node, "data")
-        while isinstance(data, ast.BinOp):
-            data = data.left if isinstance(data.left, (ast.Call, ast.BinOp)) else data.right
-        if not isinstance(data, ast.Call):
-            return False
-        dq = src.qualname(data.func) or ""
-        return dq.startswith("torch.") and call_name(data) in ("randn", "zeros", "ones", "empty", "rand", "full", "tensor")
-    if q.startswith("torch.nn.") and _WEIGHTED.match(last):
-        return True
-    if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
-        return any(_creates_module(src, n, local_modules) for n in walk([node]) if n is not node)
-    info = local_modules.get(last) if isinstance(node.func, ast.Name) else None
-    return bool(info) and info[0] and not info[1]
-
-
-def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
-    """nn.Module subclasses of this file: name -> (creates weights, casts its inputs to them)."""
-    classes = {c.name: c for c in src.classes}
-    found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, cls in classes.items():
-            if name in found:
-                continue
-            for b in cls.bases:
-                q = src.qualname(b) or ""
-                last = q.rsplit(".", 1)[-1]
-                if last in found or last in ("Module", "ModelMixin", "PreTrainedModel"):
-                    found.add(name)
-                    changed = True
-                    break
-    texts = {name: src.scope_text(classes[name]) for name in found}
-    weights = {name for name in found if _WEIGHTS_TEXT.search(texts[name])}
-    changed = True
-    while changed:  # a class built from weighted local classes has weights too
-        changed = False
-        for name in found - weights:
-            if any(re.search(r"\b%s\(" % other, texts[name]) for other in weights):
-                weights.add(name)
-                changed = True
-    return {name: (name in weights, bool(_CASTS_INPUTS.search(texts[name]))) for name in found}
-
-
-_CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
-_CONVERT_TEXT = re.compile(r"\.(to|half|bfloat16|float|type|cuda)\(|dtype|device")
-_SIMPLE = (ast.Assign, ast.Expr, ast.AugAssign, ast.AnnAssign, ast.Return)
-
-
-def _module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
-    out: list[Finding] = []
-    local = _local_modules(src)
-    for scope in [src.tree, *src.functions]:
-        text = src.text if scope is src.tree else src.scope_text(scope)
-        if not _CAST_TEXT.search(text):
-            continue
-        cast_at: dict[str, int] = {}
-        pending: dict[str, tuple[ast.Assign, str]] = {}
-        for s in src.scope_statements(scope):
-            if not isinstance(s, _SIMPLE):
-                continue
-            value = getattr(s, "value", None)
-            # conversions resolve pending modules (X.to(...), X.sub.to(...), X.half())
-            if pending and _CONVERT_TEXT.search(src.segment(s)):
-                for c in walk([s]):
-                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and \
-                            c.func.attr in _CASTS | {"bfloat16", "half"}:
-                        recv = dotted(c.func.value) or ""
-                        for key in list(pending):
-                            if key == recv or key.startswith(recv + ".") or recv.startswith(key + "."):
-                                del pending[key]
-            # a cast of X (as a statement or X = X.to(...))
-            recv = _cast_event(value) if isinstance(s, (ast.Expr, ast.Assign)) else None
-            if recv:
-                cast_at[recv] = s.lineno
-                cast_at.setdefault(recv.split(".")[0], s.lineno)
-            # X.attr = nn.Linear(...) after a cast of X
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute):
-                key = dotted(s.targets[0])
-                owner = dotted(s.targets[0].value)
-                if key and owner and owner in cast_at and cast_at[owner] < s.lineno and \
-                        _creates_module(src, s.value, local):
-                    pending[key] = (s, owner)
-            # calls on a cast object: candidates for the cross-file part
-            if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(value, ast.Call) and \
-                    isinstance(value.func, ast.Attribute):
-                c = value
-                recv_name = late_receiver(c.func.value) or ""
-                # the longest cast prefix: self.pipe.dit.enable_x() after self.pipe was loaded cast
-                parts = recv_name.split(".") if recv_name else []
-                root = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in cast_at), "")
-                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(NEVER_LATE):
-                    col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
-                    facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
-            # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(value, ast.Call) and \
-                    call_name(value).startswith(("from_", "load")):
-                target = dotted(s.targets[0])
-                td = kwarg(value, "torch_dtype")
-                if target and td is not None and _dtype_like(td):
-                    cast_at[target] = s.lineno
-        for key, (s, owner) in pending.items():
-            out.append(_finding(src, s, "GPU011", (
-                f"{key} is created after {owner} was cast (line {cast_at[owner]}) and never converted: new modules "
-                f"are float32, so their matmuls with the cast model's activations fail with 'mat1 and mat2 must "
-                f"have the same dtype'; create it with dtype= or convert it (.to(dtype=..., device=...))"),
-                Fix(DISPLAY_ONLY, f"convert it: {key} = {key}.to(dtype=..., device=...) (those of {owner})")))
-    # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules, and
-    # every class of the file (for creators in other modules)
-    for cls in src.classes:
-        facts.classes[cls.name] = _class_summary(src, cls)
-    facts.builders = builders(src, lambda node: _creates_module(src, node, local))
-    for cls in src.classes:  # mixins too (LLaVA's LlavaMetaModel): the call after a cast is the evidence
-        methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        from_init = _called_from(src, methods, "__init__")
-        for name, m in methods.items():
-            if name in from_init or not late_method(name, name.startswith(_BUILDER), src.text):
-                continue
-            created = _created_in(src, m, local)
-            if created:
-                facts.creators[name] = created
-    return out
-
-
-_FOREIGN = re.compile(r"[A-Z]\w*$")
-
-
-def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], bool, bool, tuple[str, ...]]:
-    text = src.scope_text(cls)
-    bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
-    builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
-    return bases, bool(_WEIGHTS_TEXT.search(text)), bool(_CASTS_INPUTS.search(text)), builds
-
-
-def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:
-    """(it creates float32 weights for sure, or the class name only the project can judge) for
-    the value of `self.x = ...`; None when it creates nothing new in float32."""
-    if _creates_module(src, node, local):
-        return True, None
-    if not isinstance(node, ast.Call) or any(k.arg == "dtype" or k.arg is None for k in node.keywords) or \
-            "dtype" in src.segment(node):
-        return None
-    q = src.qualname(node.func) or ""
-    last = q.rsplit(".", 1)[-1]
-    if last in ("ModuleList", "Sequential", "ModuleDict") and q.startswith("torch.nn."):
-        for n in walk([node]):
-            if n is not node and isinstance(n, ast.Call):
-                inner = _creation(src, n, local)
-                if inner is not None:
-                    return inner
-        return None
-    if isinstance(node.func, ast.Name) and _FOREIGN.match(node.func.id) and node.func.id not in local and \
-            not q.startswith("torch."):
-        return False, node.func.id  # a class of another module: the project pass decides
-    builder = imported_function(src, node)
-    return (False, builder) if builder else None  # build_projector(cfg) of another module: the same
-
-
-_CONVERTS = {"to", "half", "bfloat16", "float", "double", "type", "cuda"}
-
-
-def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | None]]:
-    """What method `m` assigns to self that creates float32 weights and never converts later in
-    the method: module.to() / .half() converts a module in place, a Parameter's does not (its
-    result is thrown away: GPU005); self.to(...) converts everything."""
-    stmts = src.scope_statements(m)
-    out = []
-    for i, s in enumerate(stmts):
-        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and (dotted(s.targets[0]) or "").startswith("self.")):
-            continue
-        made = _creation(src, s.value, local)
-        if made is None:
-            continue
-        key = dotted(s.targets[0]) or ""
-        is_param = isinstance(s.value, ast.Call) and (src.qualname(s.value.func) or "").endswith("Parameter")
-        if _converted_later(stmts[i + 1:], key, is_param):
-            continue
-        sure, foreign = made
-        what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
-        what = f"the new module {foreign}() returns" if foreign and foreign[:1].islower() else what
-        f = _finding(src, s, "GPU011", (
-            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: float32 "  # type: ignore[attr-defined]
-            f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
-            f"create it with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
-            Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
-                if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
-        out.append((f, foreign))
-    return out
-
-
-def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
-    for s in stmts:
-        for node in walk([s]):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERTS:
-                recv = dotted(node.func.value) or ""
-                if recv == "self":
-                    return True  # self.to(...): every submodule and parameter
-                if recv == key and not is_param:
-                    return True  # a module converts in place
-            if isinstance(node, ast.Assign) and any(dotted(t) in (key, key + ".data") for t in node.targets):
-                return True  # reassigned (a Parameter reassigned from .to() is GPU005's finding)
-            if isinstance(node, (ast.For, ast.AsyncFor)) and not is_param and \
-                    any(dotted(e) == key for e in walk([node.iter])):
-                loop_var = dotted(node.target)
-                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _CONVERTS
-                       and dotted(c.func.value) == loop_var for c in walk(node.body)):
-                    return True  # for module in [self.a, self.b]: module.to(...)
-    return False
-
-
-_SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter|\w*(?:build|make|create)_\w*)\(",
-                          re.M)
-_OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)+[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\(", re.M)
-_SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
-_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
-
-
-def may_create_late(data: bytes) -> bool:
-    """Whether GPU011 can find anything in this file itself, read from the text before parsing:
-    an attribute of another object assigned a new module (model.head = nn.Linear(...)), the
-    object cast with self.half() / self.to(), or self.x = SomeModule(...) in a method that is not
-    __init__ or a builder. False means the file matters to GPU011 only for its calls after a cast
-    (the engine defers it)."""
-    if _OTHER_CREATE.search(data) or _SELF_CAST.search(data):
-        return True
-    defs = None
-    for m in _SELF_CREATE.finditer(data):
-        if defs is None:
-            defs = [(d.start(), len(d.group(1)), d.group(2).decode("ascii", "replace")) for d in _DEF.finditer(data)]
-        indent = len(m.group(1))
-        name = next((n for start, ind, n in reversed(defs) if start < m.start() and ind < indent), None)
-        if name is None or late_method(name, name.startswith(_BUILDER), data.decode("latin-1")):
-            return True
-    return False
-
-
-def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[str]:
-    seen: set[str] = set()
-    todo = [root]
-    while todo:
-        name = todo.pop()
-        m = methods.get(name)
-        if m is None or name in seen:
-            continue
-        seen.add(name)
-        todo += re.findall(r"self\.(\w+)\(", src.scope_text(m))
-    return seen

@@ -13,6 +13,9 @@ import ast
 import re
 from typing import Iterator
 
+from gpudoctor.lint.model import Finding, Fix
+from gpudoctor.lint.rules import BY_CODE
+
 # Names that mean these modules even where the file never imports them (snippets, notebooks
 # exported to .py, star imports).
 _CONVENTIONAL = {
@@ -395,3 +398,15 @@ def int_const(node: ast.AST | None) -> int | None:
         inner = int_const(node.operand)
         return -inner if inner is not None else None
     return None
+
+
+def finding(src: PySource, node: ast.AST, code: str, message: str, fix: Fix,
+            line: int | None = None, byte_col: int | None = None) -> Finding:
+    """A finding of rule `code` spanning `node` (or starting at `line`/`byte_col`), with columns
+    counted in characters as editors and SARIF count them."""
+    lineno = line if line is not None else node.lineno  # type: ignore[attr-defined]
+    col = byte_col if byte_col is not None else node.col_offset  # type: ignore[attr-defined]
+    end_line = getattr(node, "end_lineno", lineno) or lineno
+    end_col = src.char_col(end_line, getattr(node, "end_col_offset", col) or col) + 1
+    return Finding(path=src.path, line=lineno, col=src.char_col(lineno, col) + 1, code=code,
+                   kb_id=BY_CODE[code].kb_id, message=message, fix=fix, end_line=end_line, end_col=end_col)

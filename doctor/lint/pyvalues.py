@@ -1,0 +1,334 @@
+"""The values `gpudoctor.lint.pyflow`'s interpreter binds names to, and the events it reports.
+
+* Symbolic sizes (`Sym`): a coefficient times named factors with integer exponents, so that
+  `H * (C // H) == C` and `B * N` matches a merge of the dimensions B and N.
+* Abstract values: a tensor (`TV`: rank, symbolic sizes, candidate memory layouts, dimension
+  roles, whether it is an attention score matrix or holds sizes), a shape (`ShapeV`), a tuple, a
+  named value, an iterator.
+* Events the rules in `gpudoctor.lint.pyrules` turn into findings (GPU001, GPU003, GPU004,
+  GPU008), and the small helpers on layouts and dimension groups that the interpreter and the
+  events share.
+
+Split out of pyflow.py so that the interpreter (one class, `Interp`) reads on its own; nothing
+here knows about `ast` beyond the node an event points at. Standard library only.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+# --- symbolic sizes --------------------------------------------------------------------------
+
+
+class Sym:
+    __slots__ = ("coef", "factors")
+
+    def __init__(self, coef: Fraction | int = 1, factors: tuple[tuple[str, int], ...] = ()) -> None:
+        self.coef = Fraction(coef)
+        self.factors = factors
+
+    @staticmethod
+    def named(name: str) -> "Sym":
+        return Sym(1, ((name, 1),))
+
+    def _combine(self, other: "Sym", sign: int) -> "Sym":
+        exps = dict(self.factors)
+        for name, e in other.factors:
+            exps[name] = exps.get(name, 0) + sign * e
+        factors = tuple(sorted((n, e) for n, e in exps.items() if e))
+        coef = self.coef * other.coef if sign > 0 else (self.coef / other.coef if other.coef else Fraction(0))
+        return Sym(coef, factors)
+
+    def __mul__(self, other: "Sym") -> "Sym":
+        return self._combine(other, 1)
+
+    def __truediv__(self, other: "Sym") -> "Sym":
+        return self._combine(other, -1)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sym) and self.coef == other.coef and self.factors == other.factors
+
+    def __hash__(self) -> int:
+        return hash((self.coef, self.factors))
+
+    def is_one(self) -> bool:
+        return self.coef == 1 and not self.factors
+
+    def __repr__(self) -> str:
+        parts = [str(self.coef)] if self.coef != 1 or not self.factors else []
+        parts += [n if e == 1 else f"{n}^{e}" for n, e in self.factors]
+        return "*".join(parts)
+
+
+WILD = "-1"  # a -1 in a view/reshape
+
+
+def prod(syms) -> Sym:
+    out = Sym(1)
+    for s in syms:
+        out = out * s
+    return out
+
+
+# --- abstract values -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TV:
+    """An abstract tensor."""
+
+    rank: int | None = None
+    dims: tuple[Sym | None, ...] | None = None
+    layouts: frozenset[tuple[int, ...]] | None = None  # None: unknown (taken as contiguous)
+    origin: ast.AST | None = None  # what made it possibly non-contiguous
+    origin_kind: str = ""
+    roles: tuple[str | None, ...] | None = None
+    attn: str | None = None  # "scores" | "probs"
+    attn_origin: ast.AST | None = None
+    sizes: bool = False  # an integer tensor holding sizes
+    scalar_of: ast.AST | None = None  # a 0-d element of a size tensor: the unpacked value node
+    src: str | None = None  # the parameter this came from by transposes(1, 2) only
+    t12: int = 0  # how many transpose(1, 2) since `src`
+    # The result of a call this file cannot see into (`attn.get_attention_scores(q, k)`, a helper
+    # of another module): its name, for the project pass to look up.
+    opaque: str | None = None
+    # a size tensor (or an element of one) that came from this parameter, seeded by the project
+    # pass (a caller in another module passes a tensor of sizes to it)
+    seed: str | None = None
+    # probabilities only if `cond[0]` returns `cond[1]` ("scores": the softmax of an opaque
+    # result; "probs": an opaque result used as probabilities)
+    cond: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ShapeV:
+    """x.shape / x.size(): the owner's dims."""
+
+    owner: TV
+    owner_name: str | None
+    dims: tuple[Sym | None, ...] | None
+
+
+@dataclass(frozen=True)
+class TupleV:
+    items: tuple[Any, ...]
+    homogeneous: bool = False  # a list comprehension: items[0] is every element
+
+
+@dataclass(frozen=True)
+class Named:
+    """A name or attribute chain with no known value: a parameter, a global, self.heads."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class IterV:
+    elem: Any
+
+
+# --- events the rules turn into findings ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ViewEvent:  # GPU003
+    call: ast.Call
+    origin: ast.AST
+    origin_kind: str
+
+
+@dataclass(frozen=True)
+class AttentionEvent:  # GPU001
+    scores: ast.AST
+    product: ast.AST
+    # (callee, kind): attention only if the project's `callee` returns attention "scores" or
+    # "probs" (its result went through a softmax, or was used as probabilities, here)
+    cond: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ShapeTensorEvent:  # GPU004, arithmetic on 0-d size tensors
+    use: ast.AST
+    unpacked: ast.AST  # the size-tensor expression that was unpacked
+    seed: str | None = None  # the seeded parameter it came from (project pass)
+
+
+@dataclass(frozen=True)
+class SizeCall:  # a tensor of sizes (rank 2) or a row of one (rank 1) passed to a call
+    call: ast.Call
+    slot: int | str  # positional index or keyword
+    rank: int
+    value: ast.expr
+    seed: str | None  # the seeded parameter it came from, or None for a tensor made here
+    fn: ast.AST | None  # the function making the call
+
+
+@dataclass(frozen=True)
+class ShapeArgEvent:  # GPU004, a row of a size tensor passed as shape=
+    value: ast.expr
+    keyword: str
+
+
+@dataclass(frozen=True)
+class FlashLayoutEvent:  # GPU008
+    call: ast.Call
+    arg: ast.expr
+    detail: str
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+_HEADS = {"heads", "num_heads", "n_heads", "nheads", "num_attention_heads", "n_head", "num_head",
+          "attn_heads", "head_num", "heads_num", "num_q_heads", "num_kv_heads", "n_kv_heads",
+          "num_key_value_heads", "kv_heads", "nh", "n_heads_q", "heads_per_rank", "local_heads",
+          "num_local_heads", "num_heads_per_partition"}
+_HDIM = {"head_dim", "dim_head", "head_size", "d_head", "headdim", "d_k", "dk", "hd", "head_dims",
+         "attention_head_size", "dim_per_head", "kv_channels", "hidden_size_per_head", "head_channels"}
+_ELEMENTWISE = {
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not",
+    "float", "half", "bfloat16", "double", "to", "type", "type_as", "cuda", "cpu", "detach", "clone",
+    "masked_fill", "masked_fill_", "mul", "mul_", "div", "div_", "add", "add_", "sub", "sub_", "clamp",
+    "clamp_", "neg", "abs", "exp", "sigmoid", "tanh", "relu", "gelu", "silu", "requires_grad_",
+    "nan_to_num", "nan_to_num_", "sqrt", "rsqrt", "pow", "square", "scale_", "fill_diagonal_",
+}
+_CREATE = {"zeros", "ones", "empty", "randn", "rand", "full", "zeros_like", "ones_like", "empty_like",
+           "randn_like", "rand_like", "full_like", "arange", "randint"}
+_SIZE_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty", "new_full"}
+_FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q", "kv"), "flash_attn_qkvpacked_func": ("qkv",),
+          "flash_attn_with_kvcache": ("q",)}
+_SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
+_INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
+
+
+_MISSING = object()
+
+
+def _join_tv(values: list[Any]) -> TV | None:
+    """Tensors from different paths: the same rank and known layouts join into one value whose
+    candidate layouts are all of theirs (a view that fails on any path is reported)."""
+    if not all(isinstance(v, TV) for v in values):
+        return None
+    first = values[0]
+    if first.rank is None or any(v.rank != first.rank or v.layouts is None for v in values):
+        return None
+    layouts = frozenset().union(*(v.layouts for v in values))  # type: ignore[arg-type]
+    origin = next((v for v in values if v.origin is not None), None)
+    same = lambda attr: getattr(first, attr) if all(getattr(v, attr) == getattr(first, attr) for v in values) else None  # noqa: E731
+    return TV(rank=first.rank, dims=same("dims"), layouts=layouts, origin=origin.origin if origin else None,
+              origin_kind=origin.origin_kind if origin else "", roles=same("roles"))
+
+
+def _identity(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank))
+
+
+def _relabel(keys: list[float]) -> tuple[int, ...]:
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    out = [0] * len(keys)
+    for rank, i in enumerate(order):
+        out[i] = rank
+    return tuple(out)
+
+
+def _norm(d: int, rank: int) -> int | None:
+    d = d + rank if d < 0 else d
+    return d if 0 <= d < rank else None
+
+
+# Calls whose result is never an attention matrix of the project's making.
+_NOT_HELPERS = frozenset({"len", "range", "enumerate", "zip", "int", "float", "str", "list", "tuple", "dict", "set",
+                          "isinstance", "getattr", "hasattr", "print", "super", "min", "max", "sum", "abs", "any",
+                          "all", "sorted", "type", "item", "tolist", "size", "dim", "numel", "format", "join",
+                          "keys", "values", "items", "get", "append", "extend", "pop", "update", "split"})
+_LIBRARIES = ("torch.", "math.", "numpy.", "np.", "einops.", "xformers.", "flash_attn.", "os.", "sys.", "re.")
+
+# Position embeddings applied to q and k keep their shape and layout.
+_SHAPE_KEEPING = re.compile(r"rotary|rope|rotate|pos_emb|position_emb", re.I)
+
+# Helpers of libraries whose result is the softmax of a score matrix (diffusers' Attention and
+# CrossAttention: baddbmm(q, k^T) then softmax).
+PROBS_HELPERS = frozenset({"get_attention_scores"})
+
+
+def _blank(v: Any) -> bool:
+    """An opaque call result about which nothing else is known: arithmetic treats it as it
+    treats an unknown value."""
+    return isinstance(v, TV) and v.opaque is not None and v.rank is None and v.attn is None and v.cond is None
+
+
+def _as_tv(v: Any) -> TV:
+    if isinstance(v, TV):
+        return v
+    if isinstance(v, Named) and "." not in v.key:
+        return TV(src=v.key)  # a parameter (or global) used as a tensor
+    return TV()
+
+
+def _role_of_name(key: str | None) -> str | None:
+    if not key:
+        return None
+    last = key.rsplit(".", 1)[-1]
+    low = last.lower()
+    if low in _HEADS or (low.endswith("heads") and "dim" not in low):
+        return "heads"
+    if low in _HDIM or low.endswith("head_dim") or low.endswith("head_size"):
+        return "hdim"
+    return None
+
+
+def match_groups(src: tuple[Sym | None, ...], tgt: list[Any]) -> list[tuple[list[int], list[int]]] | None:
+    """Pair consecutive runs of source dims with runs of target dims of equal size (symbolic),
+    skipping size-1 dims; None when the sizes cannot be matched."""
+    if any(s is None for s in src) or any(t is None for t in tgt):
+        return None
+    wild = [j for j, t in enumerate(tgt) if t is WILD]
+    if len(wild) > 1:
+        return None
+    tgt = list(tgt)
+    if wild:
+        rest = prod(t for t in tgt if t is not WILD)
+        tgt[wild[0]] = prod(src) / rest  # type: ignore[arg-type]
+    S = [(i, s) for i, s in enumerate(src) if not s.is_one()]  # type: ignore[union-attr]
+    T = [(j, t) for j, t in enumerate(tgt) if not t.is_one()]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(S) and j < len(T):
+        found = None
+        for total in range(2, len(S) - i + len(T) - j + 1):
+            for a in range(1, total):
+                b = total - a
+                if a > len(S) - i or b > len(T) - j:
+                    continue
+                if prod(s for _, s in S[i:i + a]) == prod(t for _, t in T[j:j + b]):
+                    found = (a, b)
+                    break
+            if found:
+                break
+        if not found:
+            return None
+        a, b = found
+        groups.append(([k for k, _ in S[i:i + a]], [k for k, _ in T[j:j + b]]))
+        i, j = i + a, j + b
+    if i != len(S) or j != len(T):
+        return None
+    return groups
+
+
+def _merge_ok(group: list[int], pos: tuple[int, ...], ones: set[int]) -> bool:
+    """Whether consecutive source dims (ignoring size-1 ones) are adjacent in memory, in order."""
+    live = [d for d in range(len(pos)) if d not in ones]
+    mem = {d: r for r, d in enumerate(sorted(live, key=lambda d: pos[d]))}
+    g = [d for d in group if d not in ones]
+    return all(mem[b] == mem[a] + 1 for a, b in zip(g, g[1:]))
+
+
+def _regroup_layout(pos: tuple[int, ...], groups, ones: set[int], tgt_rank: int) -> tuple[int, ...]:
+    keys = [float(10 ** 6 + j) for j in range(tgt_rank)]  # size-1 target dims go innermost
+    for sidx, tidx in groups:
+        base = float(pos[sidx[0]])
+        for k, j in enumerate(tidx):
+            keys[j] = base + k / (len(tidx) + 1)
+    return _relabel(keys)

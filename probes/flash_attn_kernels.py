@@ -44,6 +44,7 @@ BATCH, SEQ, HEADS = 2, 128, 4  # SEQ != HEADS, so the wrong layout cannot coinci
 
 # FA4's JIT compiles take seconds per configuration; cells left when this is spent are not run.
 FA4_BUDGET_S = 180.0
+_clock = time.perf_counter  # the timer of FA4's calls (tests give it a clock of their own)
 
 _UNSUPPORTED = (
     "flashattention only supports ampere gpus or newer",
@@ -312,25 +313,25 @@ def run_case_fa4(torch: Any, fa4: Any, device: str, dtype: Any, head_dim: int, c
     stage = "forward"
     try:
         _sync(torch, device)
-        start = time.perf_counter()
+        start = _clock()
         result = fa4.flash_attn_func(*leaves, causal=causal)
         _sync(torch, device)
-        cell["first_s"] = round(time.perf_counter() - start, 4)
+        cell["first_s"] = round(_clock() - start, 4)
         # FA4 returns (out, lse); accept a bare tensor too, as a later release may.
         out = result[0] if isinstance(result, (tuple, list)) else result
         cell["returns"] = f"tuple of {len(result)}" if isinstance(result, (tuple, list)) else "tensor"
         stage = "second call"
-        start = time.perf_counter()
+        start = _clock()
         again = fa4.flash_attn_func(*leaves, causal=causal)
         _sync(torch, device)
-        cell["kernel_ms"] = round((time.perf_counter() - start) * 1e3, 3)
+        cell["kernel_ms"] = round((_clock() - start) * 1e3, 3)
         del again
         if getattr(out, "grad_fn", None) is not None:
             stage = "backward"
-            start = time.perf_counter()
+            start = _clock()
             att.backward(out, grad)
             _sync(torch, device)
-            cell["bwd_first_s"] = round(time.perf_counter() - start, 4)
+            cell["bwd_first_s"] = round(_clock() - start, 4)
         stage = "compare"
         ref_leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         ref = att.reference_attention(torch, *ref_leaves, causal=causal)
@@ -371,7 +372,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
         details["skipped"] = f"not run: {poisoned}"
         return Outcome(Status.SKIPPED, f"FA4 {version}: not run (CUDA context poisoned)", details)
     cells, matrix, kernel_ms = [], {}, {}
-    began = time.perf_counter()
+    began = _clock()
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for head_dim in HEAD_DIMS:
             for causal in (False, True):
@@ -379,7 +380,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
                 if poisoned:
                     matrix[key] = f"not-run({poisoned})"
                     continue
-                if time.perf_counter() - began > FA4_BUDGET_S:
+                if _clock() - began > FA4_BUDGET_S:
                     matrix[key] = f"not-run(FA4 time budget of {FA4_BUDGET_S:.0f} s spent)"
                     continue
                 cell = run_case_fa4(torch, fa4, ctx.device, dtype, head_dim, causal)
@@ -403,7 +404,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
     details["first_call_s"] = {f"{c['dtype']}/d{c['head_dim']}{'/causal' if c['causal'] else ''}": c["first_s"]
                                for c in compiled}
     details["kernel_ms"] = kernel_ms
-    details["total_s"] = round(time.perf_counter() - began, 3)
+    details["total_s"] = round(_clock() - began, 3)
     freed = att.free(torch, ctx.device, poisoned)
     if poisoned:
         details["context_poisoned"] = poisoned
@@ -456,7 +457,7 @@ def _fa4_version(fa4: Any) -> str:
 
             version = dist_version("flash-attn-4")
         except Exception:  # noqa: BLE001 - a source checkout has no distribution metadata
-            version = version or "unknown"
+            version = "unknown"
     return version
 
 

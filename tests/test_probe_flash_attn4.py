@@ -264,3 +264,34 @@ def test_fa4_texts_classify(text):
 def test_unrelated_texts_do_not_classify_as_flash_attn():
     assert fak.classify("ModuleNotFoundError: No module named 'einops'") is None
     assert fak.classify("AssertionError: shapes differ") is None
+
+
+# ---------------------------------------------------------------- the knowledge base on FA4's texts
+
+_FA4_IMPORT_TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/venv/lib/python3.12/site-packages/flash_attn/cute/interface.py", line 17, in <module>\n'
+    "    import cutlass.cute as cute\n"
+    "ModuleNotFoundError: No module named 'cutlass.cute'\n")
+
+
+@pytest.mark.parametrize("text", [
+    FA4_HDIM_SM100, FA4_ARCH, FA4_DTYPE, _FA4_IMPORT_TRACE,
+    "RuntimeError: None of the installed toolkit flavors (cu13) are compatible with the CUDA driver "
+    "(driver supports up to CUDA 12.8). Install a compatible flavor (e.g. `pip install nvidia-cutlass-dsl` "
+    "for cu12) or update the driver.",
+])
+def test_explain_names_fa4_failures(text):
+    from gpudoctor.matcher import match_text
+
+    matches = match_text(text)
+    assert matches and matches[0].id == "flash-attn-unsupported", [(m.id, m.confidence) for m in matches[:3]]
+
+
+def test_a_missing_cutlass_outside_flash_attn_is_not_called_flash_attn():
+    # CUTLASS's Python DSL has users besides FA4: without a flash_attn frame the text is not FA4's.
+    from gpudoctor.matcher import match_text
+
+    text = ('  File "/venv/lib/python3.12/site-packages/mykernels/gemm.py", line 3, in <module>\n'
+            "    import cutlass.cute as cute\nModuleNotFoundError: No module named 'cutlass.cute'\n")
+    assert all(m.id != "flash-attn-unsupported" for m in match_text(text))

@@ -282,7 +282,7 @@ _FA4_IMPORT_TRACE = (
     "for cu12) or update the driver.",
 ])
 def test_explain_names_fa4_failures(text):
-    from gpudoctor.matcher import match_text
+    from gpudoctor.explain.matcher import match_text
 
     matches = match_text(text)
     assert matches and matches[0].id == "flash-attn-unsupported", [(m.id, m.confidence) for m in matches[:3]]
@@ -290,7 +290,7 @@ def test_explain_names_fa4_failures(text):
 
 def test_a_missing_cutlass_outside_flash_attn_is_not_called_flash_attn():
     # CUTLASS's Python DSL has users besides FA4: without a flash_attn frame the text is not FA4's.
-    from gpudoctor.matcher import match_text
+    from gpudoctor.explain.matcher import match_text
 
     text = ('  File "/venv/lib/python3.12/site-packages/mykernels/gemm.py", line 3, in <module>\n'
             "    import cutlass.cute as cute\nModuleNotFoundError: No module named 'cutlass.cute'\n")

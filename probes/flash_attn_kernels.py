@@ -99,14 +99,26 @@ def _fa4_refusal(text: str) -> bool:
     return any(needle in low for needle in _FA4_REFUSALS)
 
 
-def run_case(torch: Any, fa: Any, device: str, dtype: Any, head_dim: int, causal: bool) -> dict[str, Any]:
-    """flash_attn_func on (B, N, H, D) against the fp32 reference in SDPA's (B, H, N, D)."""
+def _cell_inputs(torch: Any, device: str, dtype: Any, head_dim: int, causal: bool):
+    """q, k, v and the output gradient of one cell in flash_attn's (B, N, H, D) layout, seeded by
+    the cell so FA2 and FA4 see the same numbers, and q, k, v as leaves that collect gradients."""
     gen = torch.Generator(device="cpu").manual_seed(head_dim * 2 + causal)
     q, k, v, grad = (torch.randn(BATCH, SEQ, HEADS, head_dim, generator=gen).to(device=device, dtype=dtype)
                      for _ in range(4))
+    return q, k, v, grad, [t.clone().requires_grad_(True) for t in (q, k, v)]
+
+
+def _reference(torch: Any, q: Any, k: Any, v: Any, causal: bool):
+    """The fp64 reference in SDPA's (B, H, N, D) layout, and its leaves for the backward."""
+    leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
+    return att.reference_attention(torch, *leaves, causal=causal), leaves
+
+
+def run_case(torch: Any, fa: Any, device: str, dtype: Any, head_dim: int, causal: bool) -> dict[str, Any]:
+    """flash_attn_func on (B, N, H, D) against the fp32 reference in SDPA's (B, H, N, D)."""
+    q, k, v, grad, leaves = _cell_inputs(torch, device, dtype, head_dim, causal)
     dname = att.dtype_name(dtype)
     cell: dict[str, Any] = {"dtype": dname, "head_dim": head_dim, "causal": causal}
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     stage = "forward"
     try:
         out = fa.flash_attn_func(*leaves, causal=causal)
@@ -117,8 +129,7 @@ def run_case(torch: Any, fa: Any, device: str, dtype: Any, head_dim: int, causal
             torch.cuda.synchronize(device)
         # Compared inside the try: reading the result back is where an asynchronous fault surfaces.
         stage = "compare"
-        ref_leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
-        ref = att.reference_attention(torch, *ref_leaves, causal=causal)
+        ref, ref_leaves = _reference(torch, q, k, v, causal)
         att.backward(ref, grad.double().transpose(1, 2))
         cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
         cell["bwd_err"] = max(att.max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
@@ -180,7 +191,6 @@ def _import(name: str) -> tuple[Any, str, list[str]]:
 
 
 def _run(ctx: ProbeContext) -> Outcome:
-    torch = ctx.torch
     fa, fa_failure, fa_said = _import("flash_attn")
     if fa is None and not fa_failure:
         return skipped("flash_attn is not installed (neither flash-attn nor flash-attn-4)")
@@ -304,12 +314,9 @@ def run_case_fa4(torch: Any, fa4: Any, device: str, dtype: Any, head_dim: int, c
     reference. The first call's time includes the JIT compile of this configuration; a second call
     of the same configuration is the kernel's steady-state time. Backward runs where the output
     carries an autograd graph (FA4's FlashAttnFunc), its first call compiling too."""
-    gen = torch.Generator(device="cpu").manual_seed(head_dim * 2 + causal)
-    q, k, v, grad = (torch.randn(BATCH, SEQ, HEADS, head_dim, generator=gen).to(device=device, dtype=dtype)
-                     for _ in range(4))
+    q, k, v, grad, leaves = _cell_inputs(torch, device, dtype, head_dim, causal)
     dname = att.dtype_name(dtype)
     cell: dict[str, Any] = {"dtype": dname, "head_dim": head_dim, "causal": causal}
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     stage = "forward"
     try:
         _sync(torch, device)
@@ -333,8 +340,7 @@ def run_case_fa4(torch: Any, fa4: Any, device: str, dtype: Any, head_dim: int, c
             _sync(torch, device)
             cell["bwd_first_s"] = round(_clock() - start, 4)
         stage = "compare"
-        ref_leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
-        ref = att.reference_attention(torch, *ref_leaves, causal=causal)
+        ref, ref_leaves = _reference(torch, q, k, v, causal)
         cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
         if "bwd_first_s" in cell:
             att.backward(ref, grad.double().transpose(1, 2))

@@ -20,10 +20,13 @@ import os
 import stat
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from gpudoctor.fleet.model import ERROR, FLEET_KIND, WARNING
 from gpudoctor.reports.model import lookup
+
+if TYPE_CHECKING:  # the node a report was placed in; merge.py imports this module
+    from gpudoctor.fleet.merge import Node
 
 MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
 TEXT_LIMIT = 300  # characters of an untrusted value kept in a finding
@@ -67,7 +70,7 @@ def _read_bytes(path: str, limit: int) -> bytes:
         return sys.stdin.buffer.read(limit + 1)
     # A FIFO or a device would block or never end: only regular files are reports.
     if not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError(f"not a regular file")
+        raise OSError("not a regular file")
     with open(path, "rb") as fh:
         return fh.read(limit + 1)
 
@@ -328,7 +331,7 @@ class Member:
     results: list[tuple[str, str | None, str, str]] = field(default_factory=list)  # probe, device, status, summary
     gemm: list[dict[str, Any]] = field(default_factory=list)
     visible: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES entries
-    node: "Node | None" = None
+    node: Node | None = None
 
     @property
     def real_name(self) -> str | None:

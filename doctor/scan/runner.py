@@ -347,7 +347,7 @@ class _Scan:
             self.worker = None
             if doing and doing[0] == "load" and doing[1] not in self.excluded:
                 what = (f"did not finish loading within {self.options.load_timeout:g} s" if stopped == "timeout"
-                        else f"wrote garbage on the protocol channel while loading" if stopped == "garbage"
+                        else "wrote garbage on the protocol channel while loading" if stopped == "garbage"
                         else f"{ended_how(code)} while loading")
                 self.excluded[doing[1]] = {"key": doing[1], "source": worker.doing_source or doing[1],
                                            "error": f"the probe module {what}",

@@ -106,7 +106,8 @@ def main() -> int:
         # the C++ rules off: no C++/CUDA file is read, as with ruff
         "gpudoctor lint (Python rules)": gd + ["--ignore", "GPU009,GPU010"],
     }
-    ruff = shutil.which("ruff")
+    # the interpreter's own environment first: a venv used without activating it
+    ruff = shutil.which("ruff", path=os.path.dirname(sys.executable)) or shutil.which("ruff")
     if ruff:
         commands["ruff check --select ALL --no-cache"] = [ruff, "check", "--select", "ALL", "--no-cache", "-q",
                                                           "--exit-zero", args.tree]

@@ -99,6 +99,14 @@ def _fa4_refusal(text: str) -> bool:
     return any(needle in low for needle in _FA4_REFUSALS)
 
 
+def _cells(torch: Any):
+    """The matrix FA2 and FA4 both run: (key, dtype, head_dim, causal) per cell, in report order."""
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for head_dim in HEAD_DIMS:
+            for causal in (False, True):
+                yield f"{att.dtype_name(dtype)}/d{head_dim}{'/causal' if causal else ''}", dtype, head_dim, causal
+
+
 def _cell_inputs(torch: Any, device: str, dtype: Any, head_dim: int, causal: bool):
     """q, k, v and the output gradient of one cell in flash_attn's (B, N, H, D) layout, seeded by
     the cell so FA2 and FA4 see the same numbers, and q, k, v as leaves that collect gradients."""
@@ -252,20 +260,17 @@ def _run_fa2(ctx: ProbeContext, fa: Any, failure: str, said: list[str]) -> Outco
     cells = []
     matrix: dict[str, str] = {}
     poisoned = ""
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        for head_dim in HEAD_DIMS:
-            for causal in (False, True):
-                key = f"{att.dtype_name(dtype)}/d{head_dim}{'/causal' if causal else ''}"
-                if poisoned:
-                    matrix[key] = f"not-run({poisoned})"
-                    continue
-                cell = run_case(torch, fa, ctx.device, dtype, head_dim, causal)
-                cells.append(cell)
-                matrix[key] = _cell_text(cell)
-                # A sticky CUDA error poisons the context; later launches prove nothing.
-                if cell["status"] == "error":
-                    reason = ctx.poisoned(cell["text"])
-                    poisoned = f"CUDA context poisoned by {key}: {reason}" if reason else ""
+    for key, dtype, head_dim, causal in _cells(torch):
+        if poisoned:
+            matrix[key] = f"not-run({poisoned})"
+            continue
+        cell = run_case(torch, fa, ctx.device, dtype, head_dim, causal)
+        cells.append(cell)
+        matrix[key] = _cell_text(cell)
+        # A sticky CUDA error poisons the context; later launches prove nothing.
+        if cell["status"] == "error":
+            reason = ctx.poisoned(cell["text"])
+            poisoned = f"CUDA context poisoned by {key}: {reason}" if reason else ""
     details["matrix"] = matrix
     # fp16 everywhere: flash_attn has no fp32 path, and CPU SDPA (what the fakes wrap) takes fp16.
     details["layout_pitfall"] = (layout_pitfall(torch, fa, ctx.device, torch.float16) if not poisoned
@@ -379,24 +384,21 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
         return Outcome(Status.SKIPPED, f"FA4 {version}: not run (CUDA context poisoned)", details)
     cells, matrix, kernel_ms = [], {}, {}
     began = _clock()
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        for head_dim in HEAD_DIMS:
-            for causal in (False, True):
-                key = f"{att.dtype_name(dtype)}/d{head_dim}{'/causal' if causal else ''}"
-                if poisoned:
-                    matrix[key] = f"not-run({poisoned})"
-                    continue
-                if _clock() - began > FA4_BUDGET_S:
-                    matrix[key] = f"not-run(FA4 time budget of {FA4_BUDGET_S:.0f} s spent)"
-                    continue
-                cell = run_case_fa4(torch, fa4, ctx.device, dtype, head_dim, causal)
-                cells.append(cell)
-                matrix[key] = _fa4_cell_text(cell)
-                if "kernel_ms" in cell:
-                    kernel_ms[key] = cell["kernel_ms"]
-                if cell["status"] == "error":
-                    reason = ctx.poisoned(cell["text"])
-                    poisoned = f"CUDA context poisoned by FA4 {key}: {reason}" if reason else ""
+    for key, dtype, head_dim, causal in _cells(torch):
+        if poisoned:
+            matrix[key] = f"not-run({poisoned})"
+            continue
+        if _clock() - began > FA4_BUDGET_S:
+            matrix[key] = f"not-run(FA4 time budget of {FA4_BUDGET_S:.0f} s spent)"
+            continue
+        cell = run_case_fa4(torch, fa4, ctx.device, dtype, head_dim, causal)
+        cells.append(cell)
+        matrix[key] = _fa4_cell_text(cell)
+        if "kernel_ms" in cell:
+            kernel_ms[key] = cell["kernel_ms"]
+        if cell["status"] == "error":
+            reason = ctx.poisoned(cell["text"])
+            poisoned = f"CUDA context poisoned by FA4 {key}: {reason}" if reason else ""
     details["matrix"] = matrix
     counts = {s: sum(1 for c in cells if c["status"] == s) for s in ("ok", "refused", "mismatch", "error")}
     counts["not_run"] = len(matrix) - len(cells)

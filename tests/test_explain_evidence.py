@@ -188,6 +188,38 @@ def test_long_tail_wordings_of_known_causes(text, expected):
     assert expected in confident(text)
 
 
+@pytest.mark.parametrize("text, expected", [
+    # ROCm's wording of a build without code for the GPU
+    ("RuntimeError: HIP error: invalid device function\nHIP kernel errors might be asynchronously reported",
+     "no-kernel-image"),
+    # Triton 3.x's ptxas step (Blackwell under an older bundled ptxas)
+    ("ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'\n"
+     "triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error", "torch-compile-failed"),
+    # an extension file named without the CPython tag
+    ("ImportError: /env/site-packages/flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+     "flash-attn-unsupported"),
+    # a custom backend's runtime out of memory on a materialised score matrix
+    ("TT_FATAL: Out of Memory: Not enough space to allocate 21474836480 B DRAM buffer across 12 banks\n"
+     "the decomposed attention built the (1, 24, 30000, 30000) scores tensor", "attention-oom"),
+])
+def test_long_tail_wordings_of_known_causes_round6(text, expected):
+    assert best(text).id == expected
+    assert expected in confident(text)
+
+
+def test_a_custom_backend_oom_without_attention_evidence_is_the_plain_oom():
+    text = "Out of Memory: Not enough space to allocate 1073741824 B L1 buffer across 64 banks"
+    assert best(text).id == "cuda-oom"
+    assert "attention-oom" not in confident(text)
+
+
+@pytest.mark.parametrize("listing", ["torch_npu 2.4.0", "torch-npu==2.4.0", "torch-mlu 1.20.0"])
+def test_torch_not_compiled_with_cuda_beside_another_backend_is_not_a_missing_gpu(listing):
+    text = f"{listing}\nAssertionError: Torch not compiled with CUDA enabled\n"
+    assert "cuda-unavailable" not in confident(text)
+    plain = "AssertionError: Torch not compiled with CUDA enabled\n"
+    assert "cuda-unavailable" in confident(plain)
+
 def test_a_meta_failure_of_another_op_is_not_an_fp8_layout_rule():
     text = "failed while attempting to run meta for aten.index_put_.default\n"
     assert "fp8-layout" not in confident(text)

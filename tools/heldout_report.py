@@ -14,13 +14,13 @@ import pathlib
 import sys
 
 CONFIDENT = 0.5
-ROUNDS = ("r1", "r2", "r3", "r4", "r5")
+ROUNDS = ("r1", "r2", "r3", "r4", "r5", "r6")
 LATER_ROUNDS = tuple(f"{r}-" for r in ROUNDS[1:])  # name prefixes; round 1 has none
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def cases(folder: pathlib.Path, round_: str | None = None) -> list[tuple[str, pathlib.Path]]:
-    """Texts named `r2-*` to `r5-*` were drawn in the later rounds; the first round's
+    """Texts named `r2-*` to `r6-*` were drawn in the later rounds; the first round's
     names have no prefix (see tests/fixtures/heldout/README.md)."""
     found = sorted((p.parent.name, p) for p in folder.glob("*/*.txt"))
     if round_ is None:

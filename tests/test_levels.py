@@ -289,3 +289,76 @@ def test_async_errors_starts_its_launch_blocking_child_at_both_levels(level, mon
     assert started == [True]
     assert out.status is Status.FAIL
     assert [f.kb_id for f in out.findings] == ["async-error-reporting"]
+
+
+# --- reports, diff and merge know the level -------------------------------------------------------
+
+
+def _report(level, sdpa_status="pass", kb_ids=()):
+    from gpudoctor.probes.base import Finding
+    from gpudoctor.reports.model import ProbeResult, Report
+
+    result = ProbeResult("sdpa-backends", "SDPA backends", Status(sdpa_status), "s", 1.0, "cuda:0",
+                         findings=[Finding(k, "x") for k in kb_ids])
+    return Report(results=[result], tool_version="0", created="2026-11-25T00:00:00+00:00", level=level)
+
+
+def test_the_level_is_written_read_back_and_validated_and_old_reports_read_as_deep():
+    from gpudoctor.reports.load import ReportError, validate
+    from gpudoctor.reports.model import SCHEMA_VERSION, report_from_dict
+    from gpudoctor.reports.render import render_json, render_markdown, tally_line
+
+    data = json.loads(render_json(_report("quick")))
+    assert SCHEMA_VERSION == "1.3" and data["level"] == "quick"
+    validate(data, "r.json")
+    assert report_from_dict(data).level == "quick"
+    assert "at the quick level" in tally_line(_report("quick")) and "at the quick level" in render_markdown(_report("quick"))
+    old = json.loads(render_json(_report(None)))
+    assert "level" not in old
+    old["schema_version"] = "1.2"
+    validate(old, "old.json")
+    assert report_from_dict(old).level is None and report_from_dict(old).matrices_level == "deep"
+    assert "level" not in tally_line(report_from_dict(old))
+    with pytest.raises(ReportError, match="level"):
+        validate({**data, "level": "medium"}, "bad.json")
+
+
+def test_diff_of_a_quick_and_a_deep_report_says_so_and_compares_verdicts_only():
+    from rich.console import Console
+
+    from gpudoctor.reports import diff
+    from gpudoctor.reports.render import render_json
+
+    quick = json.loads(render_json(_report("quick", "fail", ["no-kernel-image"])))
+    deep = json.loads(render_json(_report("deep", "fail", ["no-kernel-image", "no-kernel-image"])))
+    deep["results"][0]["details"] = {"matrix": {"CUDNN_ATTENTION": {"float16/d64": "ok"}}}
+    d = diff.diff_reports(quick, deep, kb=(), emits={})
+    assert not d.verdicts_changed and d.levels_differ
+    assert json.loads(diff.render_json(d))["levels_differ"] is True
+    assert "levels quick / deep" in diff.summary_line(d)
+    console = Console(width=200, record=True, color_system=None)
+    diff.render_text(d, console)
+    text = console.export_text()
+    assert "A ran at the quick level and B at the deep level" in text
+    assert "Every probe has the same verdict" in text
+    assert "A ran at the quick level" in diff.render_markdown(d)
+    same = diff.diff_reports(deep, deep, kb=(), emits={})
+    assert not same.levels_differ and "levels" not in diff.summary_line(same)
+    # A report from before levels ran the full matrices: it meets a deep report as an equal.
+    old = json.loads(render_json(_report(None)))
+    assert not diff.diff_reports(old, deep, kb=(), emits={}).levels_differ
+
+
+def test_fleet_merge_warns_when_nodes_scanned_at_different_levels(tmp_path):
+    import fleet_synth as fs
+    from gpudoctor.fleet.merge import MergeOptions, merge_files
+
+    reports = [fs.node_report(i, nodes=3) for i in range(3)]
+    reports[0]["level"], reports[1]["level"] = "quick", "quick"  # the third predates levels: deep
+    data = merge_files(fs.write(tmp_path, reports), MergeOptions())
+    drift = [f for f in data["findings"] if f["kind"] == "version-drift" and f["key"] == "scan level"]
+    assert len(drift) == 1 and drift[0]["severity"] == "warning", data["findings"]
+    same = [fs.node_report(i, nodes=2) for i in range(2)]
+    for r in same:
+        r["level"] = "quick"
+    assert merge_files(fs.write(tmp_path, same, prefix="same"), MergeOptions())["findings"] == []

@@ -248,11 +248,24 @@ def test_fp8_quick_skips_the_contract_only_where_eager_refused_cleanly(monkeypat
     # On the simulated device (CPU kernels) the two correct control cases and the two rules
     # eager refuses with a clear error (the scale rules); the rules the CPU kernel accepts are
     # `accepted` only through the contract, so it is checked for them.
-    assert skipped == ["aligned", "m-not-16", "scale-fp16", "scale-shape-m"]
+    assert skipped == ["aligned", "m-not-16", "scale-fp16", "scale-shape-m", "no-out-dtype"]
     assert all(c["compile_contract"]["outcome"] != "not-checked" for c in deep.details["cases"])
     assert "contract_not_checked" not in deep.details
     checked = lambda out: sum(c["compile_contract"]["outcome"] != "not-checked" for c in out.details["cases"])  # noqa: E731
-    assert checked(quick) == checked(deep) - 4
+    assert checked(quick) == checked(deep) - 5
+
+
+def test_on_the_committed_h100_report_quick_would_check_no_contract_and_keep_every_verdict():
+    # Every case's eager result as torch 2.11 gave it on an H100: the meta path is never needed.
+    report = json.loads((ROOT / "docs" / "validation" / "h100-torch2.11.0.json").read_text())
+    (fp8,) = [r for r in report["results"] if r["probe"] == "fp8-matmul"]
+    cases = {c.name: c for c in fp8_matmul.CASES}
+    assert len(fp8["details"]["cases"]) == len(cases)
+    for entry in fp8["details"]["cases"]:
+        assert not fp8_matmul.contract_matters(cases[entry["case"]], entry["eager"]), entry["case"]
+        quick = {**entry, "compile_contract": {"outcome": "not-checked", "reason": fp8_matmul.CONTRACT_QUICK}}
+        if entry["rule"]:
+            assert fp8_matmul._verdict(quick) == entry["verdict"], entry["case"]
 
 
 def test_fp8_contract_matters_reads_the_same_fields_as_the_verdict():
@@ -260,6 +273,7 @@ def test_fp8_contract_matters_reads_the_same_fields_as_the_verdict():
     assert rule.rule and not fp8_matmul.contract_matters(rule, {"outcome": "error", "error": "RuntimeError: x"})
     assert fp8_matmul.contract_matters(rule, {"outcome": "error", "error": "CUDA error: misaligned address"})
     assert fp8_matmul.contract_matters(rule, {"outcome": "correct", "out_dtype": "bfloat16"})
+    assert not fp8_matmul.contract_matters(rule, {"outcome": "correct", "out_dtype": "float8_e4m3fn"})
     assert fp8_matmul.contract_matters(rule, {"outcome": "wrong"})
     assert not fp8_matmul.contract_matters(fp8_matmul.CASES[0], {"outcome": "correct"})
     assert fp8_matmul.contract_matters(fp8_matmul.CASES[0], {"outcome": "error", "error": "x"})
@@ -362,3 +376,35 @@ def test_fleet_merge_warns_when_nodes_scanned_at_different_levels(tmp_path):
     for r in same:
         r["level"] = "quick"
     assert merge_files(fs.write(tmp_path, same, prefix="same"), MergeOptions())["findings"] == []
+
+
+# --- the CLI: --level reaches the probe in its worker and the report records it -------------------
+
+FAKE_OK = ["--probe-file", str(Path(__file__).parent / "fixtures" / "fake_probes" / "ok.py"), "--probe", "fake-ok"]
+
+
+@pytest.mark.parametrize("given, level", [((), "quick"), (("--level", "deep"), "deep"), (("--level", "QUICK"), "quick")])
+def test_scan_level_travels_to_the_worker_and_into_the_report(given, level):
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+
+    result = CliRunner().invoke(app, ["scan", *FAKE_OK, *given, "--json", "-"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["level"] == level and data["invocation"]["options"]["level"] == level
+    (probe,) = data["results"]
+    assert probe["details"]["options"]["level"] == level  # what ctx.options held in the worker
+    text = CliRunner().invoke(app, ["scan", *FAKE_OK, *given])
+    assert f"at the {level} level" in text.stdout
+
+
+def test_an_unknown_level_is_one_line_and_exit_code_2():
+    from typer.testing import CliRunner
+
+    from gpudoctor.cli import app
+
+    result = CliRunner().invoke(app, ["scan", *FAKE_OK, "--level", "long"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "quick or deep" in lines[0] and "Traceback" not in result.output

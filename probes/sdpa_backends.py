@@ -28,7 +28,8 @@ detects refusals and errors: the forced FLASH, EFFICIENT and MATH cells on every
 failure is a warning), SDPA's choice and the math-fallback check for every (dtype, case) (cheap:
 no kernel runs), float32, the strided case, and every default cell whose kernel is not cuDNN
 (precompiled kernels cost milliseconds). Cut cells are `not-run` with the reason and
-`details.level_cut`; the recommendation votes only on the (dtype, case) pairs both levels ran. What
+`details.level_cut`; the recommendation votes only on the (dtype, case) pairs both levels ran,
+and `recommended_by_dtype` leaves out a dtype with cut cells. What
 quick can miss: a cuDNN fault on float16 alone while bfloat16 works on the same shape.
 
 Works on torch 2.4 and later: `enable_gqa` (2.5) is

@@ -55,7 +55,8 @@ def test_only_the_probes_that_document_a_cut_read_the_level():
         if path.stem == "base":  # where ctx.level is defined
             continue
         tree = ast.parse(path.read_text())
-        if any(isinstance(n, ast.Attribute) and n.attr in ("level", "deep") for n in ast.walk(tree)):
+        if any(isinstance(n, ast.Attribute) and n.attr in ("level", "deep")
+               or isinstance(n, ast.Constant) and n.value == "level" for n in ast.walk(tree)):
             readers.add(path.stem)
             assert "Levels" in (ast.get_docstring(tree) or ""), path.stem
     assert readers == {"sdpa_backends", "fp8_matmul"}
@@ -171,6 +172,46 @@ def test_sdpa_no_kernel_on_the_default_path_at_both_levels(monkeypatch):
         torch.backends.cuda.enable_math_sdp(flags["math"])
     assert deep.status is Status.FAIL and verdict(quick) == verdict(deep)
     assert ("sdpa-no-kernel", "error") in verdict(quick)[1]
+
+
+# --- the other simulated faults: their probes run the same at both levels --------------------------
+
+from test_arch_compat import env  # noqa: E402,F401 - the fixture: a site-packages with builds to read
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_xformers_build_mismatch_at_both_levels(level, tmp_path, monkeypatch):
+    import test_probe_xformers_flash as txf
+
+    monkeypatch.setattr(txf, "CPU", ctx(torch, "cpu", level))
+    txf.test_build_mismatch_is_never_a_silent_skip(tmp_path, monkeypatch)  # FAIL, xformers-build-mismatch
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the verdict of a torch without CUDA")
+@pytest.mark.parametrize("level", LEVELS)
+def test_cpu_only_torch_at_both_levels(level):
+    from gpudoctor.probes import cuda_runtime
+
+    out = cuda_runtime.run(ctx(torch, "cpu", level, requested_device="cuda:0"))
+    assert verdict(out) == (Status.FAIL, [("cuda-unavailable", "error")])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_missing_kernel_image_at_both_levels(level, env, tmp_path):  # noqa: F811 - the fixture
+    import test_arch_compat as tac
+    from gpudoctor.probes import arch_compat
+
+    sim = tac.fake_torch((7, 5), ["sm_80"], tmp_path)
+    out = arch_compat.run(ProbeContext(torch=sim, device="cuda:0", options={**env, "level": level}))
+    assert out.status is Status.FAIL and {f.kb_id for f in out.findings} == {"no-kernel-image"}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_attention_oom_at_both_levels(level):
+    from gpudoctor.probes import attention_memory
+
+    out = attention_memory.run(ctx(torch, "cpu", level, attn_shape=[2, 8, 61440, 40]))
+    assert verdict(out) == (Status.WARN, [("attention-oom", "warning")])
 
 
 # --- fp8-matmul: the same eager matrix, the compile contract only where it can matter ------------

@@ -41,7 +41,7 @@ def test_json_to_stdout_is_only_json_and_exit_0():
     explicit = scan(*files("ok"), "--probe", "fake-ok", "--device", "cpu", "--format", "json", "-q")
     assert explicit.exit_code == 0, explicit.output
     assert json.loads(explicit.stdout)["results"][0]["details"]["options"] == {
-        "requested_device": "cpu", "requested_probes": ["fake-ok"]}
+        "requested_device": "cpu", "requested_probes": ["fake-ok"], "level": "quick"}
 
 
 def test_crash_exits_1_and_files_are_written(tmp_path):

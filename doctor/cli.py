@@ -451,6 +451,16 @@ def parse_seconds(text: str) -> float:
 _MAX_DIM = 2**31 - 1
 
 
+def parse_level(text: str) -> str:
+    """`--level quick|deep` (gpudoctor.probes.base.LEVELS)."""
+    from gpudoctor.probes.base import LEVELS
+
+    value = text.strip().lower()
+    if value not in LEVELS:
+        raise typer.BadParameter(f"expected {' or '.join(LEVELS)}, got {text[:40]!r}")
+    return value
+
+
 def parse_attn_shape(text: str) -> tuple:
     """`--attn-shape B,H,N,D`: four positive integers, each below 2**31."""
     parts = [p.strip() for p in text.split(",")]
@@ -573,6 +583,9 @@ def scan(
     list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
     attn_shape: Optional[str] = typer.Option(None, "--attn-shape", parser=parse_attn_shape, metavar="B,H,N,D",
                                              help="Attention shape for the attention probes."),
+    level: str = typer.Option("quick", "--level", parser=parse_level, metavar="quick|deep",
+                              help="quick (default): every probe's question with fewer cells; deep: "
+                                   "the full matrices (sdpa-backends on every half dtype)."),
     probe_file: List[str] = typer.Option([], "--probe-file", parser=parse_probe_file, metavar="PATH.py",
                                          help="Also run the probe in this .py file (repeatable)."),
     probe_option: List[str] = typer.Option(
@@ -598,7 +611,7 @@ def scan(
                            inputs=probe_file)
     settings: dict[str, Any] = dict(
         python=python, probes=tuple(probe), skip=tuple(skip), timeout=timeout, probe_files=tuple(probe_file),
-        attn_shape=attn_shape, redact=not no_redact, probe_options=tuple(probe_option),
+        attn_shape=attn_shape, redact=not no_redact, probe_options=tuple(probe_option), level=level,
     )
     if device is not None:  # otherwise the runner's default (auto)
         settings["device"] = device

@@ -29,6 +29,14 @@ class Status(str, enum.Enum):
 # CUDA device, so device-agnostic probes must *not* declare it.
 NEEDS = ("torch", "cuda", "xformers", "flash_attn")
 
+# How much of each matrix a scan runs (`gpudoctor scan --level`), like `dcgmi diag -r`'s levels.
+# "quick" (the scan's default) answers every probe's question with fewer cells; "deep" runs the
+# full matrices. A probe whose cost is negligible runs the same at both. Each probe that cuts
+# cells says in its docstring which and why, and the tests prove both levels give the same
+# verdicts and findings for every simulated fault.
+LEVELS = ("quick", "deep")
+DEFAULT_LEVEL = "quick"
+
 
 @dataclass(frozen=True)
 class ProbeSpec:
@@ -139,6 +147,17 @@ class ProbeContext:
     options: dict[str, Any] = field(default_factory=dict)  # e.g. {"attn_shape": [B, H, N, D]}
     memory_budget_bytes: int = 512 << 20
     log: Callable[[str], None] = lambda message: None  # free-form notes for the stderr tail
+
+    @property
+    def level(self) -> str:
+        """"quick" or "deep" (`options["level"]`, set by the runner for every probe). Absent, as
+        when a probe is called directly, it is "deep": the full matrices, as before levels."""
+        level = self.options.get("level")
+        return level if level in LEVELS else "deep"
+
+    @property
+    def deep(self) -> bool:
+        return self.level == "deep"
 
     @property
     def is_cuda(self) -> bool:

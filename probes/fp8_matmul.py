@@ -16,6 +16,17 @@ eagerly) is recorded in the details. Only a sticky CUDA error stops the remainin
 case that may fault (the misaligned operand) runs last. torch 2.4's `_scaled_mm` (keyword scales,
 `(out, amax)` returned) is detected from the op's schema.
 
+All cases run in this one worker process (no subprocess): a sticky fault costs the rest of this
+probe's cases only, and the runner's worker isolation keeps it from the other probes. Levels
+(`ctx.level`): the eager matrix is the same at both. `quick` checks torch.compile's contract (the
+meta kernels, whose first use imports torch's meta registrations and sympy) only for the cases
+where it can change a verdict or a finding's evidence: a rule case that ran eagerly (correct or
+wrong numbers: `accepted` vs `tolerated`; not `no-out-dtype`'s documented float8 result), a
+sticky fault, or a control case that failed. A rule
+that eager already refuses with a clear, non-sticky error is `enforced` or `cryptic` whatever the
+meta kernel says, so its contract is `not-checked` at quick (the reason says so); on an H100 with
+torch 2.11 that is every rule case, and the meta path is never imported. `deep` checks every case.
+
 Worker-side module: standard library only at import; torch arrives as `ctx.torch`.
 """
 from __future__ import annotations
@@ -167,6 +178,27 @@ CONTRACT_SKIPPED = ("off CUDA the meta-device check is opt-in (it imports sympy)
                     "gpudoctor scan --probe-option fp8_compile_contract=1")
 
 
+CONTRACT_QUICK = ("quick level: torch.compile's contract cannot change this case's verdict (eager refused "
+                  "it with a clear error, or did not run it); --level deep checks it too")
+
+
+def contract_matters(case: Case, eager: dict[str, Any]) -> bool:
+    """Whether torch.compile's contract (the meta kernel) can change this case's verdict or the
+    evidence of a finding: `_verdict` reads it only when eager returned correct numbers, and
+    `_evidence` prints it for the findings (the aligned case failing, wrong numbers, a sticky
+    fault). A case not run (context poisoned) has nothing to compare."""
+    outcome = eager.get("outcome")
+    if outcome == "not-run":
+        return False
+    if not case.rule:
+        return outcome != "correct"
+    if outcome == "error":
+        return is_sticky_cuda_error(eager.get("error", ""))
+    if outcome == "correct" and str(eager.get("out_dtype", "")).startswith("float8"):
+        return False  # `documented`: a float8 result without out_dtype, judged before the contract
+    return True
+
+
 def run(ctx: ProbeContext) -> Outcome:
     with ctx.device_guard():
         return _run(ctx)
@@ -205,12 +237,17 @@ def _run(ctx: ProbeContext) -> Outcome:
             if entry["eager"].get("outcome") == "error":
                 # Only a sticky error poisons: a CUBLAS_STATUS_* is reported once and harmless.
                 poisoned = ctx.poisoned(entry["eager"]["error"]) or ""
-        entry["compile_contract"] = (
-            _attempt(torch, case, "meta", lambda: None, call) if check_contract else
-            {"outcome": "not-checked", "reason": CONTRACT_SKIPPED}
-        )
+        if not check_contract:
+            entry["compile_contract"] = {"outcome": "not-checked", "reason": CONTRACT_SKIPPED}
+        elif not ctx.deep and not contract_matters(case, entry["eager"]):
+            entry["compile_contract"] = {"outcome": "not-checked", "reason": CONTRACT_QUICK}
+        else:
+            entry["compile_contract"] = _attempt(torch, case, "meta", lambda: None, call)
         cases.append(entry)
     details["cases"] = cases
+    if not ctx.deep and check_contract:
+        details["contract_not_checked"] = [c["case"] for c in cases
+                                           if c["compile_contract"].get("reason") == CONTRACT_QUICK]
     details["scaled_mm_v2"] = _try_v2(torch, ctx.device, ctx.sync) if not poisoned else {
         "outcome": "not-run", "reason": f"CUDA context poisoned: {poisoned}"}
     if poisoned:

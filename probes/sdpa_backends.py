@@ -14,7 +14,25 @@ Each cell synchronises and compares inside its own `try`, so an asynchronous ker
 cell's error; after a sticky one the remaining cells are "not run" and the matrix is still
 returned. Forcing cuDNN builds a cuDNN graph per shape (hundreds of milliseconds each), so on CUDA
 the forced cuDNN cells run on one dtype only, unless cuDNN is SDPA's own choice, whose cells are the
-default path's and cost nothing extra. Works on torch 2.4 and later: `enable_gqa` (2.5) is
+default path's and cost nothing extra.
+
+Levels (`ctx.level`, `gpudoctor scan --level`). `deep` runs the matrix above, 7 cases x 3 dtypes x
+(the default path and 4 forced backends). `quick`, the scan's default, cuts one thing: where SDPA
+picks cuDNN attention for *both* float16 and bfloat16 on a case (sm_90 and sm_100 with torch 2.5
+and later), the float16 default cell is not run, and neither is forced cuDNN on float16 (it would
+build the same graph). On a fresh machine each of those cells builds and JIT-compiles a cuDNN graph,
+1.4-2.8 s (0.15 s warm) on an H100: they were half the cold scan. bfloat16's default cell runs the
+same cuDNN kernel family on the same shape, so the question "does the path user code takes work
+here" is still answered for every case. Everything else runs at both levels because it is what
+detects refusals and errors: the forced FLASH, EFFICIENT and MATH cells on every dtype (a forced
+failure is a warning), SDPA's choice and the math-fallback check for every (dtype, case) (cheap:
+no kernel runs), float32, the strided case, and every default cell whose kernel is not cuDNN
+(precompiled kernels cost milliseconds). Cut cells are `not-run` with the reason and
+`details.level_cut`; the recommendation votes only on the (dtype, case) pairs both levels ran,
+and `recommended_by_dtype` leaves out a dtype with cut cells. What
+quick can miss: a cuDNN fault on float16 alone while bfloat16 works on the same shape.
+
+Works on torch 2.4 and later: `enable_gqa` (2.5) is
 feature-detected, and `torch.nn.attention.sdpa_kernel` is preferred to the deprecated
 `torch.backends.cuda.sdp_kernel`.
 """
@@ -321,9 +339,12 @@ def recommend(cells: list[dict[str, Any]]) -> tuple[str, str]:
     ties); math only when no fused kernel works here. fp32 does not vote: on CUDA only the
     memory-efficient kernel runs fp32, which says nothing about the half-precision workloads
     attention is used for. With no half-precision result at all (a device without fp16
-    kernels), every dtype votes."""
+    kernels), every dtype votes. A (dtype, case) pair with a cell cut by the quick level does
+    not vote: its backends were not all run."""
     strided = {c.name for c in CASES if c.strided}
-    cells = [c for c in cells if c["case"] not in strided and c["backend"] in BACKENDS]
+    cut = {(c["dtype"], c["case"]) for c in cells if c.get("level_cut")}
+    cells = [c for c in cells if c["case"] not in strided and c["backend"] in BACKENDS
+             and (c["dtype"], c["case"]) not in cut]
     half = [c for c in cells if c["dtype"] in ("float16", "bfloat16")]
     if any(c["status"] == "ok" for c in half):
         cells = half
@@ -337,6 +358,15 @@ def recommend(cells: list[dict[str, Any]]) -> tuple[str, str]:
 
 def _not_run(backend: str, dname: str, case: Case, why: str) -> dict[str, Any]:
     return {"backend": backend, "dtype": dname, "case": case.name, "status": "not-run", "text": why}
+
+
+CUT_DTYPE, KEPT_DTYPE = "float16", "bfloat16"  # quick: cuDNN's default path on bfloat16 only
+
+
+def _level_cut(backend: str, dname: str, case: Case) -> dict[str, Any]:
+    why = (f"not run at the quick level: SDPA picks cuDNN for {CUT_DTYPE} and {KEPT_DTYPE} here, "
+           f"and {KEPT_DTYPE}'s default cell ran it (a cuDNN graph build per cell; --level deep runs both)")
+    return {**_not_run(backend, dname, case, why), "level_cut": True}
 
 
 def run(ctx: ProbeContext) -> Outcome:
@@ -357,6 +387,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     defaults: dict[str, str] = {}
     default_cells: list[dict[str, Any]] = []
     fallbacks: list[dict[str, Any]] = []
+    level_cut: list[str] = []  # quick: the (dtype/case) keys whose cuDNN default cell was not run
     poisoned = ""
     reference_s = 0.0  # the fp64 references, beside each cell's own time ("ms")
     for case_index, case in enumerate(cases):
@@ -375,9 +406,15 @@ def _run(ctx: ProbeContext) -> Outcome:
             leaves = [_leaf(base, n, dtype) for n in ("q", "k", "v")]
             choice = default_choice(torch, case, *leaves, base["mask"])
             defaults[key] = choice
-            # The path user code takes, with nothing forced: what decides the verdict.
-            default = run_cell(torch, None, case, base, dtype, ref, ctx.sync, force)
-            default["choice"] = choice
+            cut = (not ctx.deep and dname == CUT_DTYPE and choice == "CUDNN_ATTENTION"
+                   and _choice_on(torch, case, base, KEPT_DTYPE) == "CUDNN_ATTENTION")
+            if cut:
+                default = {**_level_cut("DEFAULT", dname, case), "choice": choice}
+                level_cut.append(key)
+            else:
+                # The path user code takes, with nothing forced: what decides the verdict.
+                default = run_cell(torch, None, case, base, dtype, ref, ctx.sync, force)
+                default["choice"] = choice
             default_cells.append(default)
             if default["status"] == "error":
                 poisoned = _poison_reason(ctx, default, key)
@@ -386,6 +423,9 @@ def _run(ctx: ProbeContext) -> Outcome:
             for backend in backends:
                 if poisoned:
                     cells.append(_not_run(backend.name, dname, case, f"not run: {poisoned}"))
+                    continue
+                if cut and backend.name == choice:
+                    cells.append(_level_cut(backend.name, dname, case))
                     continue
                 if backend.name == choice:
                     # SDPA's own choice: the default cell ran exactly this kernel.
@@ -410,9 +450,11 @@ def _run(ctx: ProbeContext) -> Outcome:
         matrix.setdefault(cell["backend"], {})[f"{cell['dtype']}/{cell['case']}"] = cell_text(cell)
     best, why_best = recommend(cells)
     by_dtype = {d: recommend([c for c in cells if c["dtype"] == d])[0] for d in DTYPES
-                if any(c["dtype"] == d and c["status"] == "ok" for c in cells)}
+                if any(c["dtype"] == d and c["status"] == "ok" for c in cells)
+                and not any(c["dtype"] == d and c.get("level_cut") for c in cells)}
     findings: list[Finding] = []
     failed_default = [c for c in default_cells if c["status"] not in ("ok", "not-run")]
+    ran_default = [c for c in default_cells if not c.get("level_cut")]
     for cell in failed_default:
         key = f"{cell['dtype']}/{cell['case']}"
         if cell["status"] == "mismatch":
@@ -486,12 +528,15 @@ def _run(ctx: ProbeContext) -> Outcome:
         details["skipped_cases"] = {"gqa": no_gqa}
     if ctx.is_cuda:
         details["cudnn_forced_dtypes"] = list(CUDNN_FORCED_DTYPES)
+    if level_cut:
+        details["level_cut"] = {"level": ctx.level, "default_cells": level_cut,
+                                "why": _level_cut("DEFAULT", CUT_DTYPE, cases[0])["text"]}
     if poisoned:
         details["context_poisoned"] = poisoned
     if freed:
         details["empty_cache_error"] = freed
-    summary = (f"SDPA's own choice of backend works on {sum(1 for c in default_cells if c['status'] == 'ok')} "
-               f"of {len(default_cells)} cases; forcing each backend in turn, "
+    summary = (f"SDPA's own choice of backend works on {sum(1 for c in ran_default if c['status'] == 'ok')} "
+               f"of {len(ran_default)} cases" + (" run at the quick level" if level_cut else "") + "; forcing each backend in turn, "
                + att.forced_sentence(counts["ok"], counts["refused"] + counts["unavailable"], counts["mismatch"],
                                      counts["error"])
                + f"; recommended backend {best} ({why_best})")
@@ -505,6 +550,12 @@ def _run(ctx: ProbeContext) -> Outcome:
     else:
         status = Status.PASS
     return Outcome(status, summary, details, findings)
+
+
+def _choice_on(torch: Any, case: Case, base: dict[str, Any], dname: str) -> str:
+    """SDPA's choice for this case on another dtype (no kernel runs)."""
+    leaves = [_leaf(base, n, getattr(torch, dname)) for n in ("q", "k", "v")]
+    return default_choice(torch, case, *leaves, base["mask"])
 
 
 def _poison_reason(ctx: ProbeContext, cell: dict[str, Any], key: str) -> str:

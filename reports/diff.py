@@ -15,6 +15,10 @@ architectures, torch's arch list, loaded CUDA libraries, environment variables, 
    side (score 3), or on an id the probe can detect (score 2); unlinked differences score 0.
 3. Differences are ranked by score, then by `CATEGORIES` order (driver before packages), then by
    name. Each changed verdict lists the differences linked to it, strongest first.
+4. Reports made at different scan levels (`gpudoctor scan --level`; a report without one predates
+   levels and ran what is now "deep") are compared on the same terms: verdicts (status and finding
+   ids), never the matrices in the details, where quick runs fewer cells by design. The header
+   says the levels differ, so that a changed verdict is read with that in mind.
 
 Renderers: `render_text` (rich, on a Console), `render_markdown`, `render_json`; every value from a
 report is printed through `gpudoctor.safetext.visible`, and in Markdown through
@@ -33,7 +37,7 @@ from gpudoctor.safetext import visible
 if TYPE_CHECKING:
     from rich.console import Console
 
-DIFF_SCHEMA_VERSION = "1.0"
+DIFF_SCHEMA_VERSION = "1.1"  # 1.1: each side's scan `level`, and `levels_differ`
 CATEGORIES = ("driver", "torch", "gpu", "arch", "libraries", "packages", "python", "env", "system")
 _SEVERITY = {"pass": 0, "skipped": 1, "warn": 2, "fail": 3, "crashed": 3, "timed_out": 3}
 _VALUE_CHARS = 300
@@ -346,6 +350,10 @@ class Diff:
     def verdicts_changed(self) -> bool:
         return bool(self.verdicts)
 
+    @property
+    def levels_differ(self) -> bool:
+        return self.a.get("level") != self.b.get("level")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": DIFF_SCHEMA_VERSION,
@@ -353,6 +361,7 @@ class Diff:
             "a": self.a,
             "b": self.b,
             "verdicts_changed": self.verdicts_changed,
+            "levels_differ": self.levels_differ,
             "verdicts": [v.to_dict() for v in self.verdicts],
             "differences": [d.to_dict() for d in self.differences],
         }
@@ -363,8 +372,9 @@ def _who(report: dict[str, Any], name: str) -> dict[str, Any]:
     for r in _results(report):
         if r.get("status") in counts:
             counts[r["status"]] += 1
+    level = report.get("level") if report.get("level") in ("quick", "deep") else "deep"
     return {"file": _s(name), "created": _s(report.get("created", "")),
-            "tool_version": _s(lookup(report, "tool", "version") or ""), "counts": counts}
+            "tool_version": _s(lookup(report, "tool", "version") or ""), "level": level, "counts": counts}
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any], *, name_a: str = "A", name_b: str = "B",
@@ -462,11 +472,21 @@ def _link_text(link: dict[str, Any]) -> str:
     return f"bears on {link['kb_id']}, which {link.get('probe', 'the probe')} {how}"
 
 
+def levels_note(diff: Diff) -> str:
+    """One line when A and B ran at different scan levels, else empty."""
+    if not diff.levels_differ:
+        return ""
+    return (f"A ran at the {diff.a['level']} level and B at the {diff.b['level']} level: verdicts are "
+            "compared, the matrices in the details differ in size by design")
+
+
 def summary_line(diff: Diff) -> str:
     """The verdict in one line (`gpudoctor diff -q`): which verdicts changed, with the likeliest
     cause of the first, or that none did."""
     n = len(diff.differences)
     differences = f"{n} environment difference{'s' * (n != 1)}"
+    if diff.levels_differ:
+        differences += f"; levels {diff.a['level']} / {diff.b['level']}"
     if not diff.verdicts:
         return f"same verdicts on A and B; {differences}"
     first = diff.verdicts[0]
@@ -486,8 +506,10 @@ def render_text(diff: Diff, console: "Console", *, verbose: bool = False) -> Non
         console.print(Text(" " * indent + text, style=style), highlight=False, soft_wrap=True)
 
     a, b = diff.a, diff.b
-    say(f"A: {a['file']} (gpudoctor {a['tool_version']}, {a['created']})", "bold")
-    say(f"B: {b['file']} (gpudoctor {b['tool_version']}, {b['created']})", "bold")
+    say(f"A: {a['file']} (gpudoctor {a['tool_version']}, {a['created']}, {a['level']} level)", "bold")
+    say(f"B: {b['file']} (gpudoctor {b['tool_version']}, {b['created']}, {b['level']} level)", "bold")
+    if diff.levels_differ:
+        say(levels_note(diff), "yellow")
     say()
     if diff.verdicts:
         say(f"Verdicts that changed ({len(diff.verdicts)})", "bold underline")
@@ -526,6 +548,10 @@ def render_markdown(diff: Diff) -> str:
            f"- **A**: {md.code_span(a['file'])}, gpudoctor {md.code_span(a['tool_version'])}, {md.code_span(a['created'])}",
            f"- **B**: {md.code_span(b['file'])}, gpudoctor {md.code_span(b['tool_version'])}, {md.code_span(b['created'])}",
            ""]
+    out[2] += f", {md.text(a['level'])} level"
+    out[3] += f", {md.text(b['level'])} level"
+    if diff.levels_differ:
+        out += [f"**{md.text(levels_note(diff))}**", ""]
     if diff.verdicts:
         out += [f"### Verdicts that changed ({len(diff.verdicts)})", "",
                 "| Probe | A | B | Most likely because |", "|---|---|---|---|"]

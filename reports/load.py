@@ -222,6 +222,7 @@ def check_structure(data: dict[str, Any]) -> None:
     _expect(isinstance(data.get("redacted"), bool), "redacted", "missing or not true/false")
     _expect(_number(data.get("duration_s")) and data["duration_s"] >= 0, "duration_s", "missing or not a non-negative number")
     _expect(isinstance(data.get("environment"), dict), "environment", "missing or not an object")
+    _expect(data.get("level") in (None, "quick", "deep"), "level", "must be quick or deep")
     results = data.get("results")
     _expect(isinstance(results, list), "results", "missing or not a list")
     counts = {s: 0 for s in STATUSES}

@@ -4,7 +4,9 @@ Markdown) take a `Report` and never print on their own; the CLI decides where ou
 Standard library only, no colours or markup in the model.
 
 Schema versions (reports/schema.json): 1.0 is the first; 1.1 adds `invocation` (the command and
-options that produced the report, redacted with the rest). Minor versions only add optional
+options that produced the report, redacted with the rest); 1.2 a finding's `steps`; 1.3 `level`,
+the scan level ("quick" or "deep") the matrices were run at (absent before: those reports ran
+what is now "deep"). Minor versions only add optional
 fields, so `report_from_dict` reads every 1.x report; another major version is refused with
 `ReportFormatError`, as is a document that is not a report.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 from gpudoctor.probes.base import Finding, Status
 
-SCHEMA_VERSION = "1.2"  # 1.2: a finding's optional `steps`
+SCHEMA_VERSION = "1.3"  # 1.2: a finding's optional `steps`; 1.3: the report's `level`
 READABLE_MAJOR = 1
 
 # Statuses that mean "findings exist": `gpudoctor scan` exits 1 when any result has one of them.
@@ -67,6 +69,15 @@ class Report:
     # How the report was made: {"command": "gpudoctor scan ...", "argv": [...], "options": {...}};
     # None for a report built without the CLI (or read from a 1.0 report).
     invocation: dict[str, Any] | None = None
+    # The scan level ("quick" or "deep"); None for a report built without the runner, or read from
+    # a report older than 1.3 (whose matrices were what "deep" runs now: see `matrices_level`).
+    level: str | None = None
+
+    @property
+    def matrices_level(self) -> str:
+        """The level the matrices were run at: a report without one predates levels and ran the
+        full matrices, which is "deep"."""
+        return self.level or "deep"
 
     @property
     def findings(self) -> list[tuple[ProbeResult, Finding]]:
@@ -91,6 +102,7 @@ class Report:
             "duration_s": round(self.duration_s, 3),
             "summary": self.counts(),
             "invocation": self.invocation,
+            **({"level": self.level} if self.level else {}),
             "environment": self.environment,
             "results": [r.to_dict() for r in self.results],
         }
@@ -156,6 +168,7 @@ def report_from_dict(data: Any) -> Report:
             redacted=bool(data.get("redacted", False)),
             duration_s=float(data.get("duration_s") or 0.0),
             invocation=invocation if isinstance(invocation, dict) else None,
+            level=data["level"] if data.get("level") in ("quick", "deep") else None,
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise ReportFormatError(f"the report's header is malformed ({type(exc).__name__}: {exc})") from None

@@ -363,11 +363,14 @@ def verdict(report: Report) -> Verdict:
 
 
 def tally_line(report: Report) -> str:
-    """"12 probe runs on cpu in 1.27 s: 7 passed, 1 warned, 4 skipped"."""
+    """"12 probe runs on cpu at the quick level in 1.27 s: 7 passed, 1 warned, 4 skipped" (the
+    level only when the report has one: reports older than schema 1.3 do not)."""
     devices = sorted({one_line(r.device, 100) for r in report.results if r.device})
     on = f" on {', '.join(devices)}" if devices else ""
     runs = len(report.results)
-    return f"{runs} probe run{'s' if runs != 1 else ''}{on} in {_duration(report.duration_s)}: {_tally(report) or 'none'}"
+    level = f" at the {one_line(report.level, 20)} level" if report.level else ""
+    return (f"{runs} probe run{'s' if runs != 1 else ''}{on}{level} in {_duration(report.duration_s)}: "
+            f"{_tally(report) or 'none'}")
 
 
 # --- terminal ------------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def test_output_suffix_picks_the_format_and_aliases_still_work(tmp_path):
     result = run("scan", *OK, "--json", str(old_json), "--markdown", str(old_md))
     assert result.exit_code == 0
     assert result.stdout.startswith("gpudoctor: healthy") and old_md.read_text().startswith("**Environment:**")
-    assert json.loads(old_json.read_text())["schema_version"] == "1.2"
+    assert json.loads(old_json.read_text())["schema_version"] == "1.3"
     # --json - takes stdout: nothing else is printed there.
     result = run("scan", *OK, "--json", "-")
     assert json.loads(result.stdout)["results"][0]["probe"] == "fake-ok"

@@ -245,7 +245,7 @@ def test_json_round_trips_with_the_invocation():
     report.invocation = {"command": "gpudoctor scan --device cpu", "argv": ["gpudoctor", "scan", "--device", "cpu"],
                          "options": {"device": "cpu", "timeout": None}}
     data = json.loads(render_json(report))
-    assert data["schema_version"] == SCHEMA_VERSION == "1.2"
+    assert data["schema_version"] == SCHEMA_VERSION == "1.3"
     assert report_from_dict(data).to_dict() == data
     assert [e.message for e in _validator().iter_errors(data)] == []
 

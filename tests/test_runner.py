@@ -150,7 +150,8 @@ def test_auto_device_needs_and_cwd_shadowing(tmp_path, monkeypatch):
         assert skip.status is Status.SKIPPED and skip.summary.startswith("needs a CUDA device")
     assert res["fake-xformers"].status is Status.SKIPPED
     assert "xformers is not installed" in res["fake-xformers"].summary
-    assert res["fake-ok"].details["options"] == {"attn_shape": [1, 2, 64, 32], "requested_device": "auto"}
+    assert res["fake-ok"].details["options"] == {"attn_shape": [1, 2, 64, 32], "requested_device": "auto",
+                                                 "level": "quick"}  # the scan's default level
     # Progress says where each probe really runs, before it runs.
     starts = {e.probe: e.device for e in events if e.kind == "start"}
     assert starts["fake-torch"] == expected == res["fake-torch"].device

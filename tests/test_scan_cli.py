@@ -35,13 +35,13 @@ def test_json_to_stdout_is_only_json_and_exit_0():
     # The probe is told what was asked for: no --device means auto (cuda:0 when torch sees one, else
     # cpu), and the probes named with --probe (fp8-matmul checks a GPU without FP8 only when named).
     assert res["details"]["options"] == {"attn_shape": [2, 4, 128, 64], "requested_device": "auto",
-                                         "requested_probes": ["fake-ok"]}
+                                         "requested_probes": ["fake-ok"], "level": "quick"}
     assert data["invocation"]["options"]["device"] == "auto"
     assert "fake-ok" in result.stderr  # progress went to stderr
     explicit = scan(*files("ok"), "--probe", "fake-ok", "--device", "cpu", "--format", "json", "-q")
     assert explicit.exit_code == 0, explicit.output
     assert json.loads(explicit.stdout)["results"][0]["details"]["options"] == {
-        "requested_device": "cpu", "requested_probes": ["fake-ok"]}
+        "requested_device": "cpu", "requested_probes": ["fake-ok"], "level": "quick"}
 
 
 def test_crash_exits_1_and_files_are_written(tmp_path):

@@ -7,7 +7,8 @@
 #   bash docs/validation/run-on-gpu.sh drills all bench
 #   bash docs/validation/run-on-gpu.sh fa4             # flash-attn probe alone with FlashAttention-4
 #
-# Stages: scan, tests, drills, all (--device all and a video-diffusion --attn-shape), bench, fa4.
+# Stages: scan (the default quick level), deep (--level deep, diffed with scan's report), tests,
+# drills, all (--device all and a video-diffusion --attn-shape), bench, fa4.
 # It never resets the GPU or changes its settings. Wheels for packages the machine lacks
 # (xformers, flash-attn) can be carried in .whl/ and are installed into /tmp/site first.
 set -uo pipefail
@@ -67,6 +68,14 @@ for stage in "$@"; do
         echo "scan exit $code, wall $(( ($(date +%s%N) - start) / 1000000 )) ms (torch import included)"
         "${gpudoctor[@]}" report "$out/$name.json" -v
         ;;
+    deep)
+        # The full matrices (issue 18): run after `scan` on the same machine, then compare verdicts.
+        start=$(date +%s%N)
+        "${gpudoctor[@]}" scan --level deep --format json -o "$out/$name-deep.json" --markdown "$out/$name-deep.md"
+        code=$?
+        echo "deep scan exit $code, wall $(( ($(date +%s%N) - start) / 1000000 )) ms"
+        "${gpudoctor[@]}" diff "$out/$name.json" "$out/$name-deep.json"
+        ;;
     tests)
         "$py" -m pytest -q -m gpu -p no:cacheprovider -rs 2>&1 | tail -40
         ;;
@@ -83,7 +92,7 @@ for stage in "$@"; do
         "${gpudoctor[@]}" scan --probe attention-memory --attn-shape 1,40,75600,128 -v
         ;;
     bench)
-        "$py" benchmarks/bench_scan.py --rounds 3 --device cuda:0 2>&1 | tail -30
+        "$py" benchmarks/bench_scan.py --rounds 3 --device cuda:0 --level both 2>&1 | tail -40
         ;;
     fa4)
         # FlashAttention-4 (flash-attn-4 and its CuTe DSL runtime, carried in .whl/): its import,
@@ -143,7 +152,7 @@ for dtype in (torch.float16, torch.bfloat16):
 PY
         ;;
     *)
-        echo "unknown stage $stage (scan, tests, drills, all, bench, fa4)"; exit 2
+        echo "unknown stage $stage (scan, deep, tests, drills, all, bench, fa4)"; exit 2
         ;;
     esac
 done

@@ -450,6 +450,10 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
     tool = _text(lookup(data, "tool", "version"), 40)
     if tool:
         m.versions["gpudoctor"] = tool
+    if m.versions:
+        # The scan level decides how many cells each matrix ran (a report without one ran "deep"):
+        # nodes scanned at different levels are a drift worth a warning, not a fault.
+        m.versions["scan level"] = data.get("level") if data.get("level") in ("quick", "deep") else "deep"
     m.nccl_env = _nccl_env(env)
     cvd = lookup(env, "env_vars", "CUDA_VISIBLE_DEVICES")
     m.visible = [v.strip() for v in cvd.split(",")] if isinstance(cvd, str) else []

@@ -20,6 +20,9 @@ How a scan goes:
     An explicit CUDA device that does not exist is a usage error; where CUDA is not usable at all,
     only the probes that can report `cuda-unavailable` run (on the CPU, to say why) and the others
     are skipped with the reason: nothing moves to the CPU by surprise.
+  * `ScanOptions.level` ("quick", the default, or "deep") reaches every probe as
+    `ctx.options["level"]` and is recorded in the report: quick answers each probe's question with
+    fewer cells, deep runs the full matrices.
   * Probes that poison the CUDA context on purpose (`isolated`) run last, each in a worker of its
     own, and that worker is started while the previous probes run: no worker is started twice.
   * Each result says which threads the probe left running. If a worker dies between two probes, or
@@ -53,7 +56,7 @@ import gpudoctor
 from gpudoctor.scan import protocol, spawn
 from gpudoctor.scan.supervise import EXIT_GRACE_S, STDERR_TAIL, ScanSignals, Stop, WorkerProcess, ended_how, signame
 from gpudoctor.scan.environment import NvmlSession, collect_environment, cuda_to_nvml, merge_environment
-from gpudoctor.probes.base import Finding, Status
+from gpudoctor.probes.base import DEFAULT_LEVEL, LEVELS, Finding, Status
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import redact
 
@@ -95,6 +98,7 @@ class ScanOptions:
     probe_files: tuple[str, ...] = ()
     attn_shape: tuple[int, ...] | None = None
     probe_options: tuple[tuple[str, Any], ...] = ()  # --probe-option KEY=VALUE, into ctx.options
+    level: str = DEFAULT_LEVEL  # "quick" or "deep" (--level): how much of each matrix, ctx.level
     redact: bool = True
     builtin: bool = True  # False: only probe files and entry points (tests)
     entry_points: bool = True
@@ -165,6 +169,13 @@ def check_device(device: str) -> str:
     if device in ("auto", "all") or _DEVICE.match(device):
         return "cuda:0" if device == "cuda" else device
     raise UsageError(f"--device {device}: expected auto, cpu, cuda:N, all or a torch device string")
+
+
+def check_level(level: str) -> str:
+    """The --level value, or UsageError naming the levels."""
+    if level not in LEVELS:
+        raise UsageError(f"--level {str(level)[:40]}: expected {' or '.join(LEVELS)}")
+    return level
 
 
 def check_timeouts(options: ScanOptions) -> None:
@@ -607,7 +618,8 @@ class _Scan:
         limit = self.options.timeout or float(entry["timeout_s"])
         # The device the user asked for: probes such as cuda-runtime tell "you asked for a GPU
         # and there is none" (a finding) from "you asked for the CPU" (a skip).
-        options: dict[str, Any] = {**dict(self.options.probe_options), "requested_device": task.requested}
+        options: dict[str, Any] = {**dict(self.options.probe_options), "requested_device": task.requested,
+                                   "level": self.options.level}
         if self.options.probes:
             # The probes named with --probe: one such as fp8-matmul skips what is not worth a
             # finding in a full scan (FP8 on a GPU without it) but checks it when named.
@@ -795,6 +807,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: ScanSign
     started, cpu_started = time.monotonic(), time.process_time()
     check_timeouts(options)
     check_device(options.device)
+    check_level(options.level)
     python = resolve_python(options.python, min(30.0, options.startup_timeout))
     scan = _Scan(options, python, progress)
     env_thread = None
@@ -869,5 +882,5 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: ScanSign
         "parent_cpu_s": round(time.process_time() - cpu_started, 3),
     }
     report = Report(results=results, environment=environment, tool_version=gpudoctor.__version__,
-                    redacted=False, duration_s=time.monotonic() - started)
+                    redacted=False, duration_s=time.monotonic() - started, level=options.level)
     return redact(report) if options.redact else report

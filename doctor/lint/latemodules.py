@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from gpudoctor.lint.pyrules import Facts
 
 
-_CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
+# Tensor and Module methods that change dtype or device (GPU005, GPU011)
+CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
 _LOW_PRECISION = {"bfloat16", "float16", "half", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
 _BUILDER = ("__", "_init", "init", "build", "_build", "setup", "_setup", "reset", "_reset", "create", "_create",
             "make", "_make", "construct", "_construct", "forward", "extra_repr", "load", "_load", "from_")
@@ -210,7 +211,7 @@ def module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
             if pending and _CONVERT_TEXT.search(src.segment(s)):
                 for c in walk([s]):
                     if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and \
-                            c.func.attr in _CASTS | {"bfloat16", "half"}:
+                            c.func.attr in CASTS:
                         recv = dotted(c.func.value) or ""
                         for key in list(pending):
                             if key == recv or key.startswith(recv + ".") or recv.startswith(key + "."):

@@ -13,12 +13,12 @@ import ast
 import re
 
 from gpudoctor.lint.model import UNSAFE, Edit, Finding, Fix
+from gpudoctor.lint.latemodules import CASTS
 from gpudoctor.lint.pysource import PySource, dotted, finding
 
 _STD_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LayerNorm|GroupNorm|RMSNorm|"
                            r"BatchNorm[123]d|InstanceNorm[123]d|Embedding|EmbeddingBag)$")
 _PARAMS = ("weight", "bias")
-_CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
 
 
 def _std_class(src: PySource, node: ast.AST | None) -> str | None:
@@ -114,7 +114,7 @@ def _cast_back(src: PySource, st: ast.Assign, known: dict[str, str]) -> Finding 
     if module not in known or module == "self":
         return None
     key = f"{module}.{target.attr}"
-    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _CASTS
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in CASTS
             and dotted(value.func.value) == key):
         return None
     method = value.func.attr

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gpudoctor.lint import pyarch, rules
 from gpudoctor.lint import latemodules
-from gpudoctor.lint.latemodules import _CASTS
+from gpudoctor.lint.latemodules import CASTS
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
 from gpudoctor.lint.pyflow import Interp
 from gpudoctor.lint.pyvalues import (AttentionEvent, FlashLayoutEvent, ShapeArgEvent, ShapeTensorEvent, TV,
@@ -606,7 +606,7 @@ def _is_parameter_call(src: PySource, node: ast.AST) -> bool:
 
 def _cast_of(node: ast.AST) -> tuple[ast.Call, str, ast.expr] | None:
     """`recv.to(...)` / `recv.half()`: (call, method, receiver)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CASTS:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CASTS:
         if node.func.attr in ("to", "type") and not node.args and not node.keywords:
             return None
         return node, node.func.attr, node.func.value

@@ -333,3 +333,28 @@ def test_builds_are_judged_one_build_at_a_time(tmp_path):
     result = lint_tree(tmp_path, files, select=["GPU006"])
     got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
     assert got == [("CMakeLists.txt", 3), ("Dockerfile", 2), ("Makefile", 3), ("setup.py", 6)]
+
+
+def test_cmake_definitions_on_a_command_line_are_read(tmp_path):
+    """`-DCMAKE_CUDA_ARCHITECTURES=...` / `-DTORCH_CUDA_ARCH_LIST=...` words: a help message
+    that shows the option with a placeholder (this once ended the whole run in a TypeError) is
+    not a build, and a real value on a cmake command line is judged."""
+    files = {
+        "CMakeLists.txt": """
+            cmake_minimum_required(VERSION 3.18)
+            if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+              message(FATAL_ERROR "pass -DCMAKE_CUDA_ARCHITECTURES=<arch> (e.g. 90)")
+            endif()
+            add_definitions(-DTORCH_CUDA_ARCH_LIST=<list>)
+            """,
+        "build.sh": """
+            cmake -B build -DCMAKE_CUDA_ARCHITECTURES=80-real  # <-
+            cmake -B build2 -DCMAKE_CUDA_ARCHITECTURES=80
+            """,
+        "other.py": "import torch\nx = torch.zeros(1).view(-1)\n",
+    }
+    result = lint_tree(tmp_path, files)
+    assert result.errors == [] and not getattr(result, "internal_errors", [])
+    got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings if f.code == "GPU006")
+    assert got == [("build.sh", n) for n in marked_lines(files["build.sh"])]
+    assert "SASS for sm_80 and no PTX" in next(f.message for f in result.findings if f.code == "GPU006")

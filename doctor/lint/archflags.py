@@ -164,10 +164,9 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         m = re.match(r"^(-arch|--gpu-architecture|-code|--gpu-code|-gencode|--generate-code)(=(.*))?$", word)
         if not m:
-            if word.startswith("-DCMAKE_CUDA_ARCHITECTURES="):
-                _cmake_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
-            elif word.startswith("-DTORCH_CUDA_ARCH_LIST="):
-                _torch_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
+            if word.startswith(("-DCMAKE_CUDA_ARCHITECTURES=", "-DTORCH_CUDA_ARCH_LIST=")):
+                value = _shift(tok, word.index("=") + 1)
+                (_cmake_values if word.startswith("-DCMAKE_") else _torch_values)([value], t)
             i += 1
             continue
         flag, value = m.group(1), m.group(3)
@@ -219,7 +218,8 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
     return t
 
 
-def _shift(tok: Tok, n: int) -> Tok | None:
+def _shift(tok: Tok, n: int) -> Tok:
+    """The rest of `tok` after its first `n` characters (`-arch=` + `sm_86`: the value)."""
     return Tok(tok.text[n:], tok.start + n if tok.start is not None else None)
 
 

@@ -2,6 +2,8 @@
 allocator mistakes (GPU010), with the tokenizer's promise that comments and strings never count."""
 from __future__ import annotations
 
+import textwrap
+
 from gpudoctor.lint import cpp
 from lint_helpers import lint_tree, marked_lines
 
@@ -159,7 +161,7 @@ def test_allocator_rule_ignores_c_programs_that_are_not_pytorch_backends(tmp_pat
     assert lint_tree(tmp_path, {"bench.c": source}, select=["GPU010"]).findings == []
 
 
-def test_tokenizer_skips_comments_strings_and_directives():
+def test_the_parser_skips_comments_strings_and_directives():
     text = r'''
     // x.data_ptr() in a line comment
     /* x.data_ptr()
@@ -171,10 +173,25 @@ def test_tokenizer_skips_comments_strings_and_directives():
         continued
     int real = y.data_ptr();
     '''
-    toks = cpp.tokenize(text)
-    ids = [t.text for t in toks.tokens if t.kind == "id"]
-    assert ids.count("data_ptr") == 1 and "y" in ids and "x" not in ids
-    assert "M" in toks.macros and "data_ptr" in toks.macros["M"]
+    parsed = cpp.CppFile(text)
+    assert [cpp.text_of(n) for n in parsed.find("field_expression")] == ["y.data_ptr"]
+    macro = parsed.macros["M"]
+    assert macro.params == ["x"] and macro.body.split() == ["x.data_ptr()", "continued"]
+
+
+def test_a_macro_body_is_read_as_code_not_as_text():
+    """A commented-out line in a macro's body is not part of it; a #define inside a comment or
+    a string defines nothing."""
+    text = r'''
+    #define CHECK_INPUT(x) CHECK_CUDA(x); /* CHECK_CONTIGUOUS(x) */ \
+        CHECK_DTYPE(x)
+    // #define NOT_A_MACRO(x) x.is_contiguous()
+    const char* s = "#define ALSO_NOT(x)";
+    '''
+    parsed = cpp.CppFile(text)
+    assert set(parsed.macros) == {"CHECK_INPUT"}
+    calls = [cpp.callee(n)[0] for n in cpp.walk(parsed.macros["CHECK_INPUT"].body_tree()) if n.type == "call_expression"]
+    assert calls == ["CHECK_CUDA", "CHECK_DTYPE"]
 
 
 def test_functions_are_found_with_their_parameters():
@@ -186,11 +203,15 @@ def test_functions_are_found_with_their_parameters():
       return k;
     }
     struct S { S(int a) : a_(a) {} int a_; };
+    template <typename T>
+    void Launcher<T>::run(at::Tensor* p, std::vector<at::Tensor> v, c10::optional<at::Tensor> o) const {}
     }
     """
-    fns = cpp.functions(cpp.tokenize(text))
-    assert [f.name for f in fns] == ["forward"]
-    assert [name for _, name in fns[0].params] == ["q", "k", "n"]
+    fns = cpp.CppFile(textwrap.dedent(text)).functions()
+    assert [f.name for f in fns] == ["forward", "S", "run"]  # the lambda belongs to forward
+    assert [(p.name, p.tensor) for p in fns[0].params] == [("q", True), ("k", True), ("n", False)]
+    # a pointer, a list and an optional are not tensors whose data_ptr() the rule follows
+    assert [(p.name, p.tensor) for p in fns[2].params] == [("p", False), ("v", False), ("o", False)]
 
 
 def test_a_binding_file_without_raw_reads_still_names_the_entry_points(tmp_path):

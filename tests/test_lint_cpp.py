@@ -187,9 +187,11 @@ def test_a_macro_body_is_read_as_code_not_as_text():
         CHECK_DTYPE(x)
     // #define NOT_A_MACRO(x) x.is_contiguous()
     const char* s = "#define ALSO_NOT(x)";
+    #include "checks.h"
+    /* #include "commented.h" */
     '''
     parsed = cpp.CppFile(text)
-    assert set(parsed.macros) == {"CHECK_INPUT"}
+    assert set(parsed.macros) == {"CHECK_INPUT"} and parsed.includes == ["checks.h"]
     calls = [cpp.callee(n)[0] for n in cpp.walk(parsed.macros["CHECK_INPUT"].body_tree()) if n.type == "call_expression"]
     assert calls == ["CHECK_CUDA", "CHECK_DTYPE"]
 
@@ -458,3 +460,156 @@ def test_a_same_layout_helper_ties_a_tensor_to_a_checked_one(tmp_path):
     and q are compared with each other but neither is checked: all three are reported."""
     got = _gpu009(lint_tree(tmp_path, {"ext.cpp": LAYOUT_EXT}, select=["GPU009"]))
     assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["p", "q", "ref"]
+
+
+# --- what a real parser sees: lambdas, macros from headers, dispatcher registrations -------------
+
+LAMBDA_EXT = """
+#include <torch/extension.h>
+__global__ void k(const float* x, float* y, int n) {}
+
+torch::Tensor forward_impl(torch::Tensor x) {
+  k<<<1, 256>>>(x.data_ptr<float>(), nullptr, x.numel());   // <- forward_impl
+  return x;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("scale", [](torch::Tensor x, torch::Tensor out) {
+    TORCH_CHECK(out.is_contiguous(), "out must be contiguous");
+    k<<<1, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());   // <- scale
+  });
+  m.def("scale_fresh", [](torch::Tensor x) {
+    k<<<1, 256>>>(x.data_ptr<float>(), nullptr, x.numel());
+  }, py::arg("x"));
+  m.def("forward", [](torch::Tensor x) { return forward_impl(x); });
+}
+"""
+
+
+def test_bindings_written_as_lambdas_are_entry_points(tmp_path):
+    """A lambda handed to m.def is a function of its own: its reads are checked against its own
+    parameters, its calls pass its parameters on, and the project's Python calls of its name
+    are its callers (scale_fresh gets torch.zeros at its only call)."""
+    py = """
+        import torch
+        from ext import _C
+
+
+        def run(x):
+            _C.scale_fresh(torch.zeros(4))
+            return _C.forward(x)
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ext.cpp": LAMBDA_EXT, "ext/__init__.py": "", "ext/run.py": py}))
+    want = marked_lines(LAMBDA_EXT, "// <-")
+    assert sorted(line for _, line, _ in got) == want
+    scale = next(m for _, line, m in got if line == want[1])
+    assert scale.startswith("x.data_ptr() reads") and 'the lambda bound as "scale"' in scale
+
+
+UTILS_H = """
+#pragma once
+#define CHECK_CUDA(x) TORCH_CHECK(x.device().is_cuda(), #x " must be a CUDA tensor")
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")
+// the contiguity check was commented out when channels-last inputs were tried
+#define CHECK_INPUT(x) CHECK_CUDA(x); // CHECK_CONTIGUOUS(x)
+#define CHECK_INPUT_STRICT(x) \\
+  CHECK_CUDA(x);              \\
+  CHECK_CONTIGUOUS(x)
+"""
+
+MACRO_EXT = """
+#include <torch/extension.h>
+#include "utils.h"
+
+void loose(torch::Tensor a) {
+  CHECK_INPUT(a);
+  launch(a.data_ptr<float>());   // <-
+}
+
+void strict(torch::Tensor b) {
+  CHECK_INPUT_STRICT(b);
+  launch(b.data_ptr<float>());
+}
+
+void unknown(torch::Tensor c) {
+  VERIFY_DENSE_LAYOUT(c);        // defined in no linted file: judged by its name, and it names no check
+  launch(c.data_ptr<float>());   // <-
+}
+
+void named(torch::Tensor d) {
+  CHECK_IS_CONTIGUOUS(d);        // defined in no linted file: its name says it checks contiguity
+  launch(d.data_ptr<float>());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("loose", &loose);
+  m.def("strict", &strict);
+  m.def("unknown", &unknown);
+  m.def("named", &named);
+}
+"""
+
+
+def test_macros_are_read_by_their_body_in_the_headers_a_file_includes(tmp_path):
+    """CHECK_INPUT's name promises a check, but its body (in a project header with no data_ptr
+    of its own) has the contiguity check commented out: it checks the device only. Another
+    folder's header that defines CHECK_INPUT properly does not decide for this file."""
+    other = MACRO_EXT.replace("void ", "void other_").replace('&', '&other_').replace('"loose"', '"o1"') \
+        .replace('"strict"', '"o2"').replace('"unknown"', '"o3"').replace('"named"', '"o4"')
+    files = {"csrc/utils.h": UTILS_H, "csrc/ext.cu": MACRO_EXT,
+             "vendored/utils.h": UTILS_H.replace("// CHECK_CONTIGUOUS(x)", "CHECK_CONTIGUOUS(x)"),
+             "vendored/other.cu": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert sorted((name, line) for name, line, _ in got) == [("ext.cu", n) for n in marked_lines(MACRO_EXT, "// <-")] + \
+        [("other.cu", marked_lines(MACRO_EXT, "// <-")[1])]
+
+
+DISPATCH_EXT = """
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+template <typename scalar_t>
+__global__ void gather_kernel(const scalar_t* src, const int64_t* idx, scalar_t* out, int64_t n) {}
+
+template <typename scalar_t>
+void launch_gather(const at::Tensor& src, const at::Tensor& idx, at::Tensor& out) {
+  gather_kernel<scalar_t><<<(idx.numel() + 255) / 256, 256>>>(
+      src.data_ptr<scalar_t>(),       // <- src
+      idx.data_ptr<int64_t>(),        // <- idx
+      out.data_ptr<scalar_t>(), idx.numel());
+}
+
+at::Tensor gather_cuda(const at::Tensor& src, const at::Tensor& idx) {
+  auto out = at::empty({idx.numel()}, src.options());
+  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "gather", [&] { launch_gather<scalar_t>(src, idx, out); });
+  return out;
+}
+
+TORCH_LIBRARY(myops, m) {
+  m.def("gather(Tensor src, Tensor idx) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("gather", TORCH_FN(gather_cuda));
+}
+"""
+
+
+def test_dispatcher_registrations_templates_and_kernel_launches(tmp_path):
+    """TORCH_LIBRARY_IMPL names the entry point; the template launcher is called from a lambda
+    inside AT_DISPATCH (part of gather_cuda) with the entry point's parameters and a fresh
+    tensor; the Python caller passes a transposed tensor, and the finding names it."""
+    py = """
+        import torch
+
+
+        def gather_rows(table, index):
+            return torch.ops.myops.gather(table.t(), index.contiguous())  # <-
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/gather.cu": DISPATCH_EXT, "ops/__init__.py": "", "ops/gather.py": py}))
+    assert [(line, m.split(".data_ptr")[0]) for _, line, m in got] == \
+        [(marked_lines(DISPATCH_EXT, "// <- src")[0], "src")]
+    assert f"gather.py:{marked_lines(py)[0]} passes `table.t()`" in got[0][2]
+    # without Python callers both reads of the entry point's tensors are reported
+    got = _gpu009(lint_tree(tmp_path / "alone", {"csrc/gather.cu": DISPATCH_EXT}))
+    assert sorted(line for _, line, _ in got) == marked_lines(DISPATCH_EXT, "// <- ")

@@ -297,7 +297,7 @@ class CppFile:
     @property
     def includes(self) -> list[str]:
         return [m.group(1).decode("utf-8", "surrogateescape").strip() for m in _INCLUDE.finditer(self.data)
-                if not self.in_literal(m.start(1))]
+                if not self.in_literal(m.start() + m.group(0).index(b"#"))]
 
     # functions
     def functions(self) -> list[Function]:

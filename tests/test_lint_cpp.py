@@ -401,9 +401,10 @@ def test_one_call_that_is_not_fresh_keeps_the_finding_and_is_named(tmp_path):
     assert len(states) == 1 and f"reset.py:{marked_lines(other)[0]} passes `s.t()`" in states[0]
 
 
-def test_a_python_wrapper_of_the_same_name_is_not_taken_for_the_binding(tmp_path):
-    """`def ring_step(...)` in Python: its calls cannot be told from the binding's, so the
-    binding has no known callers and its reads are reported as before."""
+def test_a_python_wrapper_of_the_same_name_is_followed_to_its_callers(tmp_path):
+    """`def ring_step(x)` in Python calls the binding `_ext.ring_step` with its own parameter:
+    the wrapper's callers decide. run() passes torch.zeros: dense; ring_init has no caller at
+    all and stays reported. A second caller passing a transposed tensor is named."""
     wrapper = """
         import torch
         from ringlib import _ext
@@ -418,9 +419,46 @@ def test_a_python_wrapper_of_the_same_name_is_not_taken_for_the_binding(tmp_path
         def run():
             return ring_step(torch.zeros(4))
         """
-    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "",
-                                       "ringlib/wrap.py": wrapper}))
-    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["bias", "out", "state", "work", "x"]
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/wrap.py": wrapper}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]
+    caller = """
+        from ringlib.wrap import ring_step
+
+
+        def step_transposed(h):
+            return ring_step(h.transpose(0, 1))  # <-
+        """
+    got = _gpu009(lint_tree(tmp_path, {"ringlib/use.py": caller}))
+    x = [m for _, _, m in got if m.startswith("x.")]
+    assert len(x) == 1 and f"use.py:{marked_lines(caller)[0]} passes `h.transpose(0, 1)`" in x[0]
+
+
+def test_a_method_call_is_not_a_call_of_the_binding(tmp_path):
+    """`acc.add(delta)` on a tensor, `self.add(...)` and `np.add(...)` do not call the binding
+    `add`; `ops.add(...)` on the loaded extension does, and its dense arguments protect it."""
+    ext = RING_EXT.replace('m.def("ring_step", &ring_step);', 'm.def("add", &ring_step);')
+    py = """
+        import numpy as np
+        import torch
+        from torch.utils.cpp_extension import load
+
+        ops = load(name="ring", sources=["csrc/ring.cpp"])
+
+
+        class Acc:
+            def add(self, a, b, c, d):
+                return a
+
+            def step(self, acc, delta):
+                acc.add(delta.t(), delta, delta, delta)
+                self.add(delta.t(), delta, delta, delta)
+                np.add(delta.t(), delta)
+                z = torch.zeros(8)
+                ops.add(z, z.view(2, 4), torch.empty(8), z.contiguous())
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": ext, "acc.py": py}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]
 
 
 LAYOUT_EXT = """

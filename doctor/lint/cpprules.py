@@ -671,7 +671,8 @@ def data_ptr_finding(s: FuncSummary, i: int, call: PyCall | None = None) -> Find
     param = s.params[i]
     where = ""
     if call is not None:
-        where = f"; {call.path}:{call.line} passes `{call.shown_at(i, param)}`, not known to be contiguous"
+        at, at_line = call.where_at(i, param)
+        where = f"; {at}:{at_line} passes `{call.shown_at(i, param)}`, not known to be contiguous"
     message = (f"{read}() reads the raw memory of tensor argument `{param}` of {s.shown or s.name + '()'}, which is "
                f"never checked or made contiguous (here or by its callers{where}): a transposed, sliced or expanded "
                f"tensor is read in the wrong order; add TORCH_CHECK({param}.is_contiguous(), ...) or use "

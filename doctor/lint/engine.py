@@ -515,11 +515,24 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
         if unprotected and aliases:
             # the entry points' own Python callers: read (in the parent) only the Python files
             # that mention a binding's name followed by "(", and only when a read is unprotected
-            pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(aliases)))
-            sources = [src for path, t in sorted(tasks.items()) if t.kind == rules.PYTHON and _mentions(path, pattern)
-                       for src in [_load_python(path)] if src is not None]
+            python_paths = sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON)
+            loaded: dict[str, Any] = {}
+
+            def calling(names) -> list[Any]:
+                """The project's Python files that call one of these names (parsed once)."""
+                pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+                out = []
+                for path in python_paths:
+                    if path in loaded or _mentions(path, pattern):
+                        if path not in loaded:
+                            loaded[path] = _load_python(path)
+                        if loaded[path] is not None:
+                            out.append(loaded[path])
+                return out
+
+            sources = calling(aliases)
             try:
-                calls = cpprules.python_calls(sources, aliases) if sources else {}
+                calls = cpprules.python_calls(sources, aliases, calling) if sources else {}
             except RecursionError:  # a file nested too deeply to follow: no evidence from Python
                 calls = {}
             if calls:

@@ -210,6 +210,14 @@ def sarif(result: LintResult, context: Context | None = None) -> str:
     notifications = [{"level": "error", "message": {"text": e.message},
                       "locations": [{"physicalLocation": {"artifactLocation": _artifact(e.path, context.root)}}]}
                      for e in result.errors]
+    for ie in result.internal_errors:
+        note: dict = {"level": "error", "message": {"text": ie.describe()},
+                      "properties": {"internal_error": True}}
+        if ie.path is not None:
+            note["locations"] = [{"physicalLocation": {"artifactLocation": _artifact(ie.path, context.root)}}]
+        if ie.code is not None:
+            note["associatedRule"] = {"id": ie.code, "index": index[ie.code]}
+        notifications.append(note)
     run = {
         "tool": {"driver": {
             "name": "gpudoctor",

@@ -422,7 +422,8 @@ class _Checks:
     does not include (every definition must check); else, defined nowhere here, by its name."""
 
     def __init__(self, summaries: list[FuncSummary], facts: dict[str, FileFacts], cpp_paths: list[str],
-                 read_facts: Callable[[str], FileFacts | None]):
+                 read_facts: Callable[[str], FileFacts | None], defines: dict[str, list[str]] | None = None):
+        self.defines = defines
         self.facts = dict(facts)
         self.read_facts = read_facts
         self.by_suffix: dict[str, list[str]] = {}
@@ -467,18 +468,21 @@ class _Checks:
         return out
 
     def prepare_anywhere(self, names: set[str]) -> None:
-        """Find, in one pass over the linted C++ files, where these macro names are defined."""
+        """Find where these macro names are defined in the linted C++ files: from the index the
+        workers made (`defines`), else in one pass over the files."""
         names = {n for n in names if n not in self._anywhere}
         for n in names:
             self._anywhere[n] = []
         if not names:
             return
-        pattern = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(%s)\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)),
-                             re.M)
-        for p in self.cpp_paths:
-            found = _defines(p, pattern)
-            if not found:
-                continue
+        if self.defines is not None:
+            places = sorted({p for n in names for p in self.defines.get(n, ())})
+            found_in = {p: {n for n in names if p in self.defines.get(n, ())} for p in places}
+        else:
+            pattern = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(%s)\(" % b"|".join(re.escape(n.encode()) for n in
+                                                                               sorted(names)), re.M)
+            found_in = {p: f for p in self.cpp_paths for f in [_defines(p, pattern)] if f}
+        for p, found in found_in.items():
             facts = self._facts(os.path.normpath(p))
             if facts is None:
                 continue
@@ -546,10 +550,12 @@ def read_file_facts(path: str) -> FileFacts | None:
 
 
 def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cpp_paths: list[str],
-                   read_facts: Callable[[str], FileFacts | None] = read_file_facts) -> None:
+                   read_facts: Callable[[str], FileFacts | None] = read_file_facts,
+                   defines: dict[str, list[str]] | None = None) -> None:
     """Mark the parameters that a macro or helper call checks (see the module docstring), then
-    tie same-layout parameters; changes `summaries` in place."""
-    resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts)
+    tie same-layout parameters; changes `summaries` in place. `defines`: macro name -> the C++
+    files that define it (MACRO_DEFINITIONS), or None to search the files when needed."""
+    resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts, defines)
     # the macro-like names no file sees and no function defines, looked up in one pass
     pending = {name for s in summaries for name, _ in s.via if name.isupper() and name not in resolver.functions}
     pending = {n for n in pending if not any(n in resolver.visible(os.path.normpath(s.path)) for s in summaries
@@ -688,6 +694,20 @@ def data_ptr_finding(s: FuncSummary, i: int, call: PyCall | None = None) -> Find
 EMPTY_SCAN: tuple = ([], [], set(), {}, None)
 
 
+# Function-like macros a C++ file defines (found by a byte search in the workers, for every C++
+# file read while GPU009 is selected): where `resolve_checks` looks for a macro no file includes.
+# (Not anchored at the line start: ten times faster, and a "#define" in a comment only costs a
+# parse of that file in the parent, which then finds no such macro.)
+MACRO_DEFINITIONS = re.compile(rb"#[ \t]*define[ \t]+([A-Z_][A-Z0-9_]*)\(")
+
+
+def applicable(codes: set[str], data: bytes, exhaustive: bool = False) -> set[str]:
+    """The C++ rules that apply to a file: GPU009 reads extension code only (unless `exhaustive`)."""
+    if "GPU009" in codes and not exhaustive and not is_extension_source(data):
+        return codes - {"GPU009"}
+    return codes
+
+
 def parse(path: str, text: str, data: bytes) -> CppFile:
     """The file parsed (raises cpp.ParserUnavailable, a NotLinted, when the parser cannot load)."""
     return CppFile(text, data)
@@ -696,8 +716,7 @@ def parse(path: str, text: str, data: bytes) -> CppFile:
 def scan(path: str, cpp: CppFile, data: bytes, codes: set[str], exhaustive: bool = False) -> tuple:
     """Findings (GPU010), and GPU009's facts: summaries, bound C++ names, Python name -> C++ name,
     and the file's macros and includes. `exhaustive`: GPU009 on any C++ file, extension or not."""
-    if "GPU009" in codes and not exhaustive and not is_extension_source(data):
-        codes = codes - {"GPU009"}
+    codes = applicable(codes, data, exhaustive)
     if not codes:
         return EMPTY_SCAN
     findings: list[Finding] = []

@@ -71,6 +71,7 @@ class FileResult:
     cpp_bound: set[str] = field(default_factory=set)
     cpp_aliases: dict[str, str] = field(default_factory=dict)  # Python name of a binding -> C++ function
     cpp_facts: Any = None  # cpprules.FileFacts: the file's macros and includes, for GPU009's checks
+    cpp_defines: tuple[str, ...] = ()  # the function-like macros it defines (any C++ file, GPU009 selected)
     facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
     # GPU011 alone wanted this file for a cast followed by calls, and it creates no module: its
     # calls matter only if another file has a method that creates modules (parsed then, once)
@@ -255,13 +256,15 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
-        parsed = cpprules.parse(path, text, data)  # NotLinted: the parser cannot be loaded
+        codes = cpprules.applicable(codes, data, exhaustive)
+        if codes:
+            parsed = cpprules.parse(path, text, data)  # NotLinted: the parser cannot be loaded
 
-        def cpp(chosen: set[str]) -> tuple:
-            return cpprules.scan(path, parsed, data, chosen, exhaustive)
+            def cpp(chosen: set[str]) -> tuple:
+                return cpprules.scan(path, parsed, data, chosen, exhaustive)
 
-        findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases, result.cpp_facts = \
-            _isolated(cpp, codes, result, cpprules.EMPTY_SCAN)
+            findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases, result.cpp_facts = \
+                _isolated(cpp, codes, result, cpprules.EMPTY_SCAN)
     else:
         from gpudoctor.lint import archflags
 
@@ -367,6 +370,10 @@ def _lint_file(task: Task) -> FileResult:
     codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
         codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
+    elif task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
+        from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
+
+        result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
     result.checked = True
     if codes == {"GPU011"} and task.kind == rules.PYTHON and not task.exhaustive:
         from gpudoctor.lint.latemodules import may_create_late
@@ -508,7 +515,11 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
 
         facts = {path: fr.cpp_facts for path, fr in by_path.items() if fr.cpp_facts is not None}
         cpp_paths = [p for p, t in tasks.items() if t.kind == rules.CPP]
-        cpprules.resolve_checks(summaries, facts, cpp_paths)
+        defines: dict[str, list[str]] = {}
+        for path, fr in by_path.items():
+            for name in fr.cpp_defines:
+                defines.setdefault(name, []).append(path)
+        cpprules.resolve_checks(summaries, facts, cpp_paths, defines=defines)
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
         unprotected = cpprules.resolve_data_ptr(summaries, bound)
         aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}

@@ -188,3 +188,31 @@ def test_every_rule_over_every_file_of_a_real_tree(tree, capsys):
     assert result.files_checked == len(tasks) and sum(kinds.values()) > 1000
     assert all(e.message.startswith(("cannot parse", "cannot decode", "binary file")) for e in result.errors), \
         result.errors
+
+
+def test_without_the_cpp_parser_the_cpp_files_are_reported_not_linted(tmp_path, monkeypatch):
+    """tree-sitter is a dependency; if it cannot be loaded (a broken install, an incompatible
+    grammar) the C++ rules say so for each file they needed, never skip it silently, and the
+    Python rules still run."""
+    import builtins
+
+    from gpudoctor.lint import cpp
+
+    (tmp_path / "ext.cpp").write_text(EXT)
+    (tmp_path / "model.py").write_text(PY)
+    real_import = builtins.__import__
+
+    def no_tree_sitter(name, *args, **kwargs):
+        if name.startswith("tree_sitter"):
+            raise ImportError(f"No module named '{name}'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(cpp, "_PARSER", None)
+    monkeypatch.setattr(builtins, "__import__", no_tree_sitter)
+    monkeypatch.chdir(tmp_path)
+    r = _invoke("--format", "json")
+    assert r.exit_code == 2, r.output
+    data = json.loads(r.stdout)
+    assert [(e["path"], e["message"].split(":")[0]) for e in data["errors"]] == [("ext.cpp", "not linted for GPU009/GPU010")]
+    assert "tree-sitter" in data["errors"][0]["message"] and data["internal_errors"] == []
+    assert {f["code"] for f in data["findings"]} == {"GPU003", "GPU005"}

@@ -651,3 +651,70 @@ def test_dispatcher_registrations_templates_and_kernel_launches(tmp_path):
     # without Python callers both reads of the entry point's tensors are reported
     got = _gpu009(lint_tree(tmp_path / "alone", {"csrc/gather.cu": DISPATCH_EXT}))
     assert sorted(line for _, line, _ in got) == marked_lines(DISPATCH_EXT, "// <- ")
+
+
+SHAPES_EXT = """
+#include <torch/extension.h>
+#define CHECK_DO(x) do { TORCH_CHECK((x).is_contiguous(), #x); } while (0)
+#define CHECK_ALL(...) check_all({__VA_ARGS__})
+#define CHECK_DEVICES(...) check_devices({__VA_ARGS__})
+#define CHECK_TENSOR(x, nd) TORCH_CHECK(x.dim() == nd); TORCH_CHECK(x.is_contiguous())
+
+static void check_dense(const at::Tensor& t) { TORCH_CHECK(t.is_contiguous(), "dense"); }
+static void check_cuda(const at::Tensor& t) { TORCH_CHECK(t.is_cuda(), "cuda"); }
+void check_all(std::initializer_list<at::Tensor> ts) { for (auto& t : ts) TORCH_CHECK(t.is_contiguous()); }
+void check_devices(std::initializer_list<at::Tensor> ts) { for (auto& t : ts) TORCH_CHECK(t.is_cuda()); }
+
+#ifdef WITH_CUDA
+TORCH_API std::vector<at::Tensor> a_fwd(at::Tensor& a) {
+  CHECK_DO(a);
+  launch(a.data_ptr<float>());
+  return {a};
+}
+#endif
+
+C10_EXPORT at::Tensor b_fwd(const at::Tensor& b, int64_t n) {
+  CHECK_TENSOR(b, 2);
+  check_cuda(b);
+  launch(b.data_ptr<float>());
+  return b;
+}
+
+at::Tensor c_fwd(const at::Tensor& c, const at::Tensor& c2) {
+  check_dense(c);
+  check_cuda(c2);                                  // a helper that checks the device only
+  launch(c.data_ptr<float>(), c2.data_ptr<float>());   // <- c2
+  return c;
+}
+
+at::Tensor d_fwd(const at::Tensor& d, const at::Tensor& e) {
+  CHECK_ALL(d, e);
+  CHECK_DEVICES(d, e);
+  launch(d.data_ptr<float>(), e.data_ptr<float>());
+  return d;
+}
+
+at::Tensor g_fwd(const at::Tensor& g) {
+  CHECK_DEVICES(g);
+  launch((g).data_ptr<float>());                   // <- g
+  return g;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("a", &a_fwd, "doc", py::arg("a"));
+  m.def("b", &b_fwd);
+  m.def("c", &c_fwd);
+  m.def("d", &d_fwd);
+  m.def("g", &g_fwd);
+}
+"""
+
+
+def test_checks_in_the_shapes_extensions_write_them(tmp_path):
+    """do { ... } while (0) with a parenthesised argument, a variadic macro handing {__VA_ARGS__}
+    to a helper that checks each element in a range-for, a macro with more arguments than the
+    tensor, a helper function of the file, in an #ifdef, behind TORCH_API / C10_EXPORT: all
+    checks. The same shapes checking the device only are not."""
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ext.cu": SHAPES_EXT}))
+    assert sorted((line, m.split(".data_ptr")[0]) for _, line, m in got) == \
+        [(marked_lines(SHAPES_EXT, "// <- c2")[0], "c2"), (marked_lines(SHAPES_EXT, "// <- g")[0], "g")]

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gpudoctor.lint import cppalloc
-from gpudoctor.lint.cpp import CppFile, Function, Macro, Node, arguments, callee, last_name, params_of, text_of, walk
+from gpudoctor.lint.cpp import (CppFile, Function, Macro, Node, arguments, callee, declarator_name, last_name, params_of,
+                                text_of, walk)
 from gpudoctor.lint.cppcallers import PyCall, python_calls  # noqa: F401 (the engine reads them from here)
 from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
 from gpudoctor.lint.rules import BY_CODE
@@ -109,7 +110,7 @@ def macro_facts(m: Macro) -> MacroFacts | None:
     calls: list[tuple[str, tuple[int, ...]]] = []
     for n in walk(m.body_tree()):
         if n.type == "field_expression":
-            obj = n.child_by_field_name("argument")
+            obj = _unparen(n.child_by_field_name("argument"))
             if obj is not None and obj.type == "identifier" and text_of(obj) in index and \
                     last_name(n.child_by_field_name("field")) in _STRIDE_AWARE:
                 checks.add(index[text_of(obj)])
@@ -117,12 +118,43 @@ def macro_facts(m: Macro) -> MacroFacts | None:
             name, member = callee(n)
             if not name or member:
                 continue
-            argmap = tuple(index.get(text_of(a), -1) if a.type == "identifier" else -1 for a in arguments(n))
-            if name in _ALL_CHECKED:
-                checks.update(i for i in argmap if i >= 0)
-            elif any(i >= 0 for i in argmap):
-                calls.append((name, argmap))
+            for argmap in _argmaps(arguments(n), index):
+                if name in _ALL_CHECKED:
+                    checks.update(i for i in argmap if i >= 0)
+                else:
+                    calls.append((name, tuple(argmap)))
     return MacroFacts(tuple(m.params), frozenset(checks), tuple(calls))
+
+
+def _unparen(n: Node | None) -> Node | None:
+    while n is not None and n.type == "parenthesized_expression" and n.named_child_count == 1:
+        n = n.named_children[0]
+    return n
+
+
+def _passes(a: Node, index: dict[str, int]) -> list[int]:
+    """The parameters an argument passes as they are: `x`, `(x)`, each of `{x, y}`."""
+    a = _unparen(a)
+    if a is None:
+        return []
+    if a.type == "identifier":
+        i = index.get(text_of(a))
+        return [] if i is None else [i]
+    if a.type == "initializer_list":
+        return [i for e in a.named_children for i in _passes(e, index)]
+    return []
+
+
+def _argmaps(args: list[Node], index: dict[str, int]) -> list[list[int]]:
+    """For a call, one argument map (position -> parameter index or -1) per parameter passed:
+    `check_all({a, b})` gives [[a's index], [b's index]]."""
+    out = []
+    for j, a in enumerate(args):
+        for i in _passes(a, index):
+            argmap = [-1] * len(args)
+            argmap[j] = i
+            out.append(argmap)
+    return out
 
 
 def file_facts(cpp: CppFile) -> FileFacts:
@@ -165,6 +197,7 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
     compared: list[tuple[str, list[int]]] = []
     via: list[tuple[str, list[int]]] = []
     fresh_locals: set[str] = set()
+    elements: dict[str, int] = {}  # range-for variable -> the parameter it walks
     all_checked = False
     body = fn.body
     stack = [(body, False, False)]  # (node, inside a check, inside a condition)
@@ -184,8 +217,8 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
                 argmap = [index.get(text_of(a), -1) if a.type == "identifier" else -1 for a in args]
                 if (in_check or in_cond) and name not in _ASSERTS:
                     compared.append((name, argmap))
-                if any(i >= 0 for i in argmap) and name not in _ASSERTS:
-                    via.append((name, argmap))
+                if name not in _ASSERTS:
+                    via.extend((name, m) for m in _argmaps(args, index))
                 if name not in _ASSERTS and not name.isupper():
                     kinds = []
                     for a in args:
@@ -209,9 +242,18 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
                     fresh_locals.add(local)
         elif t == "condition_clause":
             in_cond = True
+        elif t == "for_range_loop":
+            # `for (auto& t : tensors) TORCH_CHECK(t.is_contiguous())`: t stands for each element
+            element = declarator_name(n.child_by_field_name("declarator"))
+            seq = _unparen(n.child_by_field_name("right"))
+            if element and seq is not None and seq.type == "identifier" and text_of(seq) in index:
+                elements[element] = index[text_of(seq)]
         elif t == "field_expression":
-            obj = n.child_by_field_name("argument")
-            if obj is not None and obj.type == "identifier" and text_of(obj) in index:
+            obj = _unparen(n.child_by_field_name("argument"))
+            if obj is not None and obj.type == "identifier" and text_of(obj) in elements and \
+                    last_name(n.child_by_field_name("field")) in _ASSERTS_DENSE:
+                checked[elements[text_of(obj)]] = contig[elements[text_of(obj)]] = True
+            elif obj is not None and obj.type == "identifier" and text_of(obj) in index:
                 i = index[text_of(obj)]
                 field_node = n.child_by_field_name("field")
                 member = last_name(field_node)
@@ -728,7 +770,9 @@ def scan(path: str, cpp: CppFile, data: bytes, codes: set[str], exhaustive: bool
         findings += cppalloc.allocator_findings(path, cpp)
     if "GPU009" in codes:
         binds = bindings(cpp)
-        summaries = [s for s in summarise(path, cpp, binds) if s.reads or s.calls or s.via or any(s.checked)]
+        # every function with parameters: one that checks nothing decides too (a helper called
+        # check_cuda(x) that reads only the device is not judged by its name)
+        summaries = [s for s in summarise(path, cpp, binds) if s.params or s.reads or s.calls]
         bound = binds.bound | set(binds.names.values())
         aliases = binds.names
         facts = file_facts(cpp)

@@ -216,3 +216,12 @@ def test_without_the_cpp_parser_the_cpp_files_are_reported_not_linted(tmp_path, 
     assert [(e["path"], e["message"].split(":")[0]) for e in data["errors"]] == [("ext.cpp", "not linted for GPU009/GPU010")]
     assert "tree-sitter" in data["errors"][0]["message"] and data["internal_errors"] == []
     assert {f["code"] for f in data["findings"]} == {"GPU003", "GPU005"}
+
+
+def test_a_cpp_file_over_the_parser_limit_is_reported_not_linted(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpprules, "MAX_PARSE_BYTES", 100)
+    (tmp_path / "ext.cpp").write_text(EXT)
+    result, _, _ = engine.lint([str(tmp_path)], isolated=True, jobs=1)
+    assert [(os.path.basename(e.path), e.message) for e in result.errors] == \
+        [("ext.cpp", "not linted for GPU009/GPU010: larger than 100 bytes, the limit of the C++ parser")]
+    assert result.internal_errors == [] and result.findings == []

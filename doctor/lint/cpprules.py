@@ -26,7 +26,7 @@ from gpudoctor.lint import cppalloc
 from gpudoctor.lint.cpp import (CppFile, Function, Macro, Node, arguments, callee, declarator_name, last_name, params_of,
                                 text_of, walk)
 from gpudoctor.lint.cppcallers import PyCall, python_calls  # noqa: F401 (the engine reads them from here)
-from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
+from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix, NotLinted
 from gpudoctor.lint.rules import BY_CODE
 
 _READS = {"data_ptr", "mutable_data_ptr", "const_data_ptr", "data"}
@@ -750,8 +750,18 @@ def applicable(codes: set[str], data: bytes, exhaustive: bool = False) -> set[st
     return codes
 
 
+# The parser's syntax tree takes about 50 bytes of memory per byte of source (a 20 MB generated
+# file: 1.1 GB and ten seconds); the largest hand-written headers (torch's generated
+# RedispatchFunctions.h, CUDA's cuda.h) are 1-2 MB.
+MAX_PARSE_BYTES = 8 * 1024 * 1024
+
+
 def parse(path: str, text: str, data: bytes) -> CppFile:
-    """The file parsed (raises cpp.ParserUnavailable, a NotLinted, when the parser cannot load)."""
+    """The file parsed. Raises NotLinted for a file over MAX_PARSE_BYTES, and
+    cpp.ParserUnavailable (a NotLinted) when the parser cannot be loaded."""
+    if len(data) > MAX_PARSE_BYTES:
+        limit = f"{MAX_PARSE_BYTES // (1024 * 1024)} MiB" if MAX_PARSE_BYTES >= 1024 * 1024 else f"{MAX_PARSE_BYTES} bytes"
+        raise NotLinted(f"not linted for GPU009/GPU010: larger than {limit}, the limit of the C++ parser")
     return CppFile(text, data)
 
 

@@ -718,3 +718,23 @@ def test_checks_in_the_shapes_extensions_write_them(tmp_path):
     got = _gpu009(lint_tree(tmp_path, {"csrc/ext.cu": SHAPES_EXT}))
     assert sorted((line, m.split(".data_ptr")[0]) for _, line, m in got) == \
         [(marked_lines(SHAPES_EXT, "// <- c2")[0], "c2"), (marked_lines(SHAPES_EXT, "// <- g")[0], "g")]
+
+
+def test_a_method_of_an_object_the_extension_made_is_a_call_of_its_binding(tmp_path):
+    """`ws = _C.Ring(n)` is a pybind11 object: `ws.ring_step(...)` calls the bound method, and the
+    transposed tensor it passes is named."""
+    ext = RING_EXT.replace('m.def("ring_step", &ring_step);',
+                           'py::class_<Ring>(m, "Ring").def(py::init<int>()).def("ring_step", &ring_step);')
+    py = """
+        import torch
+        from ringlib import _C
+
+
+        def run(h):
+            ws = _C.Ring(4)
+            ws.ring_step(h.t(), torch.empty(4), torch.zeros(4), torch.empty(0))  # <-
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": ext, "ringlib/__init__.py": "", "ringlib/run.py": py}))
+    x = [m for _, _, m in got if m.startswith("x.")]
+    assert len(x) == 1 and f"run.py:{marked_lines(py)[0]} passes `h.t()`" in x[0]
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]

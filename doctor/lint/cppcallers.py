@@ -3,7 +3,8 @@ to be dense. gpudoctor.lint.cpprules reads the C++ side and asks here.
 
 A call is a call of the binding only when what it calls is the extension: `_C.fwd(...)` where
 `_C` is imported (`from pkg import _C`, `import ext_cuda`), loaded (`load(...)`,
-`importlib.import_module(...)`) or `torch.ops.ns`; `fwd(...)` imported from such a module. A
+`importlib.import_module(...)`) or `torch.ops.ns`; `fwd(...)` imported from such a module;
+`ws.fwd(...)` on an object such a module made (`ws = _C.Workspace(n)`, a pybind11 class). A
 method call on anything else (`x.add(y)` on a tensor) is not a call of the binding `add`, and a
 call of a Python function that the project defines (`def fwd(...)` in a module, or imported from
 one) is a call of that function.
@@ -207,8 +208,10 @@ class _Module:
             root = (v.module or "").split(".")[0]
             return v.level > 0 or root not in _LIBRARIES
         if isinstance(v, ast.Call):
-            name = _call_name(v)
-            return name in _LOADERS
+            if _call_name(v) in _LOADERS:
+                return True
+            # an object the extension makes (`ext.Workspace(n)`): its methods are bound too
+            return isinstance(v.func, ast.Attribute) and self.is_module(v.func.value, scope, seen)
         if isinstance(v, (ast.Name, ast.Attribute)):
             return self.is_module(v, scope, seen)
         return False

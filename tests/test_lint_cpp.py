@@ -738,3 +738,31 @@ def test_a_method_of_an_object_the_extension_made_is_a_call_of_its_binding(tmp_p
     x = [m for _, _, m in got if m.startswith("x.")]
     assert len(x) == 1 and f"run.py:{marked_lines(py)[0]} passes `h.t()`" in x[0]
     assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
+
+
+def test_fresh_tensors_at_the_python_call_protect_the_kernel(tmp_path):
+    """torch.empty at the call, a buffer registered as torch.empty(...), a .view() of a fresh
+    tensor (kept across `out = out.view(...)`) are contiguous; a .view() of a parameter is
+    whatever the caller passed."""
+    py = """
+        import torch
+        from torch import nn
+        from ringlib import _ext
+
+
+        class Ring(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.register_buffer("work", torch.empty(n, 2), persistent=False)
+
+            def forward(self, x, bias):
+                out = torch.empty(x.numel())
+                out = out.view(-1, 2)
+                x = x.view(-1, 2)
+                _ext.ring_step(x, out, self.work.view(-1), torch.empty(8).view(2, 4))  # <-
+                return out
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/m.py": py}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
+    x = next(m for _, _, m in got if m.startswith("x."))
+    assert f"m.py:{marked_lines(py)[0]} passes `x`" in x

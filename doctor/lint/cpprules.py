@@ -599,9 +599,8 @@ def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cp
     files that define it (MACRO_DEFINITIONS), or None to search the files when needed."""
     resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts, defines)
     # the macro-like names no file sees and no function defines, looked up in one pass
-    pending = {name for s in summaries for name, _ in s.via if name.isupper() and name not in resolver.functions}
-    pending = {n for n in pending if not any(n in resolver.visible(os.path.normpath(s.path)) for s in summaries
-                                             if any(name == n for name, _ in s.via))}
+    pending = {name for s in summaries for name, _ in s.via if name.isupper() and name not in resolver.functions
+               and name not in resolver.visible(os.path.normpath(s.path))}
     resolver.prepare_anywhere(pending)
     changed = True
     rounds = 0

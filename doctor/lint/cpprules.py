@@ -474,22 +474,35 @@ class _Checks:
         self.functions: dict[str, list[FuncSummary]] = {}
         for s in summaries:
             self.functions.setdefault(s.name, []).append(s)
-        self.cpp_paths = cpp_paths
-        self._visible: dict[str, dict[str, tuple[str, MacroFacts]]] = {}
-        self._anywhere: dict[str, list[tuple[str, MacroFacts]]] = {}
+        self.dense_positions: dict[str, set[int]] = {}
         self._macro_memo: dict[tuple[str, str, int], bool] = {}
+        self.refresh()
+        self.cpp_paths = cpp_paths
+        self._files: dict[str, list[str]] = {}
+        self._visible: dict[tuple[str, str], tuple[str, MacroFacts] | None] = {}
+        self._anywhere: dict[str, list[tuple[str, MacroFacts]]] = {}
 
     def _facts(self, path: str) -> FileFacts | None:
         if path not in self.facts:
             self.facts[path] = self.read_facts(path)
         return self.facts[path]
 
-    def visible(self, path: str) -> dict[str, tuple[str, MacroFacts]]:
-        """Macro name -> (defining file, facts) for the macros a file sees: its own, then those of
-        the project headers it includes (transitively, nearest first)."""
-        if path in self._visible:
-            return self._visible[path]
-        out: dict[str, tuple[str, MacroFacts]] = {}
+    def refresh(self) -> None:
+        """Per function name, the parameter positions any of its definitions asserts dense (a
+        name with thousands of overloads is looked up once, not once per overload)."""
+        self.dense_positions = {}
+        for name, funcs in self.functions.items():
+            for s in funcs:
+                for j, dense in enumerate(s.contig):
+                    if dense:
+                        self.dense_positions.setdefault(name, set()).add(j)
+        self._macro_memo.clear()  # a helper checked in the last round may make a macro check
+
+    def _seen_files(self, path: str) -> list[str]:
+        """The file and the project headers it includes (transitively, nearest first)."""
+        if path in self._files:
+            return self._files[path]
+        out: list[str] = []
         seen = {path}
         queue = [path]
         while queue:
@@ -497,8 +510,7 @@ class _Checks:
             facts = self._facts(current)
             if facts is None:
                 continue
-            for name, m in facts.macros.items():
-                out.setdefault(name, (current, m))
+            out.append(current)
             for inc in facts.includes:
                 if _LIBRARY_INCLUDE.search(inc):
                     continue
@@ -506,8 +518,22 @@ class _Checks:
                     if p not in seen and len(seen) < _MAX_HEADERS:
                         seen.add(p)
                         queue.append(p)
-        self._visible[path] = out
+        self._files[path] = out
         return out
+
+    def visible(self, name: str, path: str) -> tuple[str, MacroFacts] | None:
+        """(defining file, facts) of the macro a file sees by this name: its own, else the
+        nearest project header it includes that defines it."""
+        key = (name, path)
+        if key not in self._visible:
+            found = None
+            for p in self._seen_files(path):
+                facts = self._facts(p)
+                if facts is not None and name in facts.macros:
+                    found = (p, facts.macros[name])
+                    break
+            self._visible[key] = found
+        return self._visible[key]
 
     def prepare_anywhere(self, names: set[str]) -> None:
         """Find where these macro names are defined in the linted C++ files: from the index the
@@ -535,12 +561,11 @@ class _Checks:
     def checks(self, name: str, j: int, path: str, depth: int = 0) -> bool:
         if depth > 12:
             return False
-        macro = self.visible(path).get(name)
+        macro = self.visible(name, path)
         if macro is not None:
             return self._macro_checks(macro[0], name, macro[1], j, depth)
-        funcs = self.functions.get(name)
-        if funcs:
-            return any(j < len(s.contig) and s.contig[j] for s in funcs)
+        if name in self.functions:
+            return j in self.dense_positions.get(name, ())
         if name.isupper():
             if name not in self._anywhere:
                 self.prepare_anywhere({name})
@@ -598,22 +623,30 @@ def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cp
     tie same-layout parameters; changes `summaries` in place. `defines`: macro name -> the C++
     files that define it (MACRO_DEFINITIONS), or None to search the files when needed."""
     resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts, defines)
+    paths = {s.path: os.path.normpath(s.path) for s in summaries}
     # the macro-like names no file sees and no function defines, looked up in one pass
     pending = {name for s in summaries for name, _ in s.via if name.isupper() and name not in resolver.functions
-               and name not in resolver.visible(os.path.normpath(s.path))}
+               and resolver.visible(name, paths[s.path]) is None}
     resolver.prepare_anywhere(pending)
-    changed = True
+    # a helper checked through another helper: again, for the calls of the functions (and the
+    # macros, which may call them) that the last round made check, until nothing changes
+    grown: set[str] | None = None
     rounds = 0
-    while changed and rounds < 8:  # a helper checked through another helper: until nothing changes
-        changed = False
+    while rounds < 8 and (grown is None or grown):
         rounds += 1
-        resolver._macro_memo.clear()  # a helper checked in the last round may make a macro check
+        if grown is not None:
+            resolver.refresh()
+        now: set[str] = set()
         for s in summaries:
+            path = paths[s.path]
             for name, argmap in s.via:
+                if grown is not None and name not in grown and not name.isupper():
+                    continue
                 for j, i in enumerate(argmap):
-                    if i >= 0 and not s.contig[i] and resolver.checks(name, j, os.path.normpath(s.path)):
+                    if i >= 0 and not s.contig[i] and resolver.checks(name, j, path):
                         s.checked[i] = s.contig[i] = True
-                        changed = True
+                        now.add(s.name)
+        grown = now
     by_file: dict[str, list[FuncSummary]] = {}
     for s in summaries:
         by_file.setdefault(s.path, []).append(s)

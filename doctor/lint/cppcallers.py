@@ -40,6 +40,7 @@ _LIBRARIES = {"torch", "numpy", "np", "scipy", "triton", "einops", "jax", "tenso
               "F", "nn"} | set(getattr(sys, "stdlib_module_names", ()))
 _LOADERS = {"load", "load_inline", "import_module", "CUDAExtension"}
 _MAX_WRAPPERS = 3
+_MAX_FOLLOWED = 256  # functions whose callers are looked up, per run
 
 
 @dataclass
@@ -104,6 +105,7 @@ class _Module:
         self.imports: dict[str, tuple[str, str | None]] = {}  # name -> (module, attribute or None)
         self.functions: dict[str, ast.AST] = {}  # module-level defs
         self.defined: set[str] = set()  # every def / class name anywhere in the module
+        self.calls: dict[str, list[_Site]] | None = None  # callee name -> its call sites (`_calls`)
         for st in tree.body:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[st.name] = st
@@ -313,19 +315,24 @@ class _Project:
 
 
 def _calls(module: _Module, names: set[str]) -> list[tuple[str, _Site]]:
-    """(name called, site) for each call in the module whose callee is spelt with one of these names."""
-    out = []
-    stack: list[tuple[ast.AST, ast.AST]] = [(module.tree, module.tree)]
-    while stack:
-        node, scope = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
-            stack.append((child, inner))
-            if isinstance(child, ast.Call):
-                name = _call_name(child)
-                if name in names:
-                    out.append((name, _Site(child, module, scope)))
-    return out
+    """(name called, site) for each call in the module whose callee is spelt with one of these
+    names (the module's calls are indexed by name on first use)."""
+    if module.calls is None:
+        index: dict[str, list[_Site]] = {}
+        stack: list[tuple[ast.AST, ast.AST]] = [(module.tree, module.tree)]
+        while stack:
+            node, scope = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
+                stack.append((child, inner))
+                if isinstance(child, ast.Call):
+                    name = _call_name(child)
+                    if name:
+                        index.setdefault(name, []).append(_Site(child, module, scope))
+        module.calls = index
+    found = [(name, site) for name in names for site in module.calls.get(name, ())]
+    found.sort(key=lambda x: (x[1].call.lineno, x[1].call.col_offset))
+    return found
 
 
 def _is_binding_call(site: _Site, project: _Project) -> bool:
@@ -391,8 +398,12 @@ class _Follower:
         self.asked: set[str] = set()
         self.callers: dict[int, list[_Site]] = {}
 
-    def _callers(self, fn: ast.AST, owner: _Module) -> list[_Site]:
+    def _callers(self, fn: ast.AST, owner: _Module) -> list[_Site] | None:
+        """The project's calls of a module-level function; None past `_MAX_FOLLOWED` functions
+        (a project that large is not followed further: its tensors stay unknown)."""
         key = id(fn)
+        if key not in self.callers and len(self.callers) >= _MAX_FOLLOWED:
+            return None
         if key not in self.callers:
             name = fn.name  # type: ignore[attr-defined]
             if self.more is not None and name not in self.asked:
@@ -417,7 +428,7 @@ class _Follower:
             return Arg(False, shown)
         fn, position, name = param
         callers = self._callers(fn, m)
-        if not callers:
+        if not callers:  # none found, or too many functions followed already
             return Arg(False, shown)
         defaults = _defaults(fn)
         for caller in callers:

@@ -27,6 +27,7 @@ DEFAULT_EXCLUDE = frozenset({
     ".direnv", ".ipynb_checkpoints",
 })
 _CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
+_CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
 _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
@@ -528,17 +529,26 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
             # that mention a binding's name followed by "(", and only when a read is unprotected
             python_paths = sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON)
             loaded: dict[str, Any] = {}
+            called_in: dict[str, list[str]] = {}  # a name followed by "(" -> the Python files that have it
 
             def calling(names) -> list[Any]:
-                """The project's Python files that call one of these names (parsed once)."""
-                pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+                """The project's Python files that call one of these names (each file read once
+                for an index of the names it calls, parsed once when needed)."""
+                if not called_in:
+                    for path in python_paths:
+                        try:
+                            with open(path, "rb") as fh:
+                                data = fh.read(MAX_BYTES)
+                        except OSError:
+                            continue
+                        for name in set(_CALLED.findall(data)):
+                            called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
                 out = []
-                for path in python_paths:
-                    if path in loaded or _mentions(path, pattern):
-                        if path not in loaded:
-                            loaded[path] = _load_python(path)
-                        if loaded[path] is not None:
-                            out.append(loaded[path])
+                for path in sorted({p for n in names for p in called_in.get(n, ())}):
+                    if path not in loaded:
+                        loaded[path] = _load_python(path)
+                    if loaded[path] is not None:
+                        out.append(loaded[path])
                 return out
 
             sources = calling(aliases)

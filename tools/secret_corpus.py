@@ -151,7 +151,7 @@ def _b64url(data: bytes) -> str:
 def jwt(rng: _Random) -> str:
     """An HS256 JSON Web Token (RFC 7519): header.payload.HMAC, each base64url without padding."""
     header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    payload = _b64url(json.dumps({"sub": rng.word(HEX, 12), "iat": rng.randint(1.6e9, 1.8e9),
+    payload = _b64url(json.dumps({"sub": rng.word(HEX, 12), "iat": rng.randint(1_600_000_000, 1_800_000_000),
                                   "scope": rng.choice(["read", "write", "admin"])}).encode())
     sig = _b64url(hmac.new(rng.word(ALNUM, 32).encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest())
     return f"{header}.{payload}.{sig}"

@@ -121,6 +121,10 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         from gpudoctor.reports.redact import Redactor
 
         redactor = Redactor()
+        # A secret the output names once (`DB_PASSWORD=hunter2`) is hidden wherever the output, and
+        # every file of the bundle, shows it bare, before or after that line.
+        if not result.ok or out is not None:
+            redactor.learn_text(ticket.output_text(result))
     if result.ok:
         if not quiet:
             _say(f"`{_line(result.argv, redactor)}` {result.how} after {result.duration_s:.1f} s; nothing to explain"

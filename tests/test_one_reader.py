@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import fleet_synth as fs
 from gpudoctor.cli import app
-from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files
+from gpudoctor.fleet.merge import MergeOptions, merge_files
 from gpudoctor.reports import load
 from run_helpers import GPUDOCTOR, gpudoctor
 from test_report_cmd import SAMPLE, _bad_reports, sample

@@ -105,7 +105,18 @@ def run(
     except KeyboardInterrupt:
         _say("interrupted; the diagnosis was not finished" + ("; no bundle written" if bundle else ""))
         raise typer.Exit(130)
+    except _Interrupted as exc:  # a signal during the bundle's scan: the scan's workers are gone
+        _say(f"{exc}; no bundle written")
+        raise typer.Exit(exc.exit_code)
     raise typer.Exit(result.exit_status)
+
+
+class _Interrupted(Exception):
+    """SIGINT, SIGTERM or SIGHUP stopped the bundle's scan: no bundle, exit 128 + the signal."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: bool, python: Optional[str],
@@ -218,6 +229,8 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
         # Not redacted here: the ticket's own Redactor redacts it with the rest of the bundle
         # (`ticket.attach_scan`), so a placeholder means the same value in every file.
         report = runner.run_scan(runner.ScanOptions(python=target, probes=probes, redact=False), progress=progress)
+    except runner.ScanInterrupted as exc:
+        raise _Interrupted(f"interrupted by {exc.signal_name} during the bundle's scan", exc.exit_code) from None
     except runner.ScanError as exc:
         if not quiet:
             _say(f"the scan could not run: {exc}")

@@ -27,10 +27,10 @@ order:
    definition of a readable report, on every machine (reports/schema.json, which describes it
    more finely, is checked against what gpudoctor writes in the tests).
 
-`merge` reads ~330 KB per node and needs a few KB of it: `skim` cuts each result's `details` and
-`findings` (except matmul-sanity's throughput) from the bytes of a report written by gpudoctor
-before they are parsed; everything the merge reads is validated as above, what it skips is not
-parsed, so not validated (`report` validates it).
+`merge` reads ~330 KB per node and needs a few KB of it: `skim_bytes` cuts each result's
+`details` (except matmul-sanity's throughput), `findings`, exit code, signal and stderr tail from
+the bytes of a report written by gpudoctor before they are parsed; everything the merge reads is
+validated as above, what it skips is not parsed, so not validated (`report` validates it).
 
 `sanitize(data)` makes every string of a loaded report safe to print (`gpudoctor.safetext.visible`,
 bounded per string). Standard library only.
@@ -211,15 +211,33 @@ def parse_json(raw: bytes, name: str) -> Any:
     return data
 
 
+_FLAT_RESULT = frozenset({"probe", "title", "device", "status", "summary", "duration_s", "details", "findings",
+                          "exit_code", "signal", "stderr_tail"})
+
+
 def _check_depth(data: Any, name: str) -> None:
     """ReportError when arrays and objects nest deeper than MAX_DEPTH (iteratively: a walk of a
-    deep document must not be the RecursionError it is checking for)."""
+    deep document must not be the RecursionError it is checking for). A result with only the
+    fields a scan writes holds containers only in `details` and `findings` (the others are
+    checked to be scalars by `check_structure`): only those two are walked there."""
     if type(data) is not dict and type(data) is not list:
         return
     stack = [(data, 1)]
     pop, push = stack.pop, stack.append
+    results = data.get("results") if type(data) is dict else None
     while stack:
         value, depth = pop()
+        if value is results and type(value) is list:
+            for r in value:
+                if type(r) is dict and r.keys() <= _FLAT_RESULT:
+                    for inner in (r.get("details"), r.get("findings")):
+                        if type(inner) is dict or type(inner) is list:
+                            push((inner, depth + 2))
+                elif type(r) is dict or type(r) is list:
+                    push((r, depth + 1))
+            continue
+        if depth > MAX_DEPTH:
+            raise ReportError(f"{name}: JSON nested too deeply (more than {MAX_DEPTH} levels)")
         for item in (value.values() if type(value) is dict else value):
             kind = type(item)
             if kind is dict or kind is list:
@@ -284,6 +302,7 @@ def _count(value: Any) -> bool:
 
 
 _RESULT_STR = ("title", "summary")
+_KEBAB_SEEN: set[str] = set()  # probe ids already seen to be kebab-case (a node report repeats 12 of them)
 
 
 def _result_ok(r: dict[str, Any]) -> bool:
@@ -343,8 +362,11 @@ def check_structure(data: dict[str, Any]) -> None:
         if type(r) is not dict:
             raise ReportError(f"results[{i}]: is {_type_name(r)}, not an object")
         probe = r.get("probe")
-        if type(probe) is not str or not _KEBAB.match(probe):
-            raise ReportError(f"results[{i}].probe: missing or not a kebab-case id")
+        if probe not in _KEBAB_SEEN:
+            if type(probe) is not str or not _KEBAB.match(probe):
+                raise ReportError(f"results[{i}].probe: missing or not a kebab-case id")
+            if len(_KEBAB_SEEN) < 4096:
+                _KEBAB_SEEN.add(probe)
         status = r.get("status")
         if status not in counts or type(status) is not str:
             raise ReportError(f"results[{i}].status: must be one of {', '.join(STATUSES)}")
@@ -486,19 +508,22 @@ def parse_documents(raw: bytes | str, label: str, *, skim: bool = True) -> list[
     report as gpudoctor writes it loses its results' details and findings before it is parsed
     (`skim_bytes`), unless the cut text does not parse, when the whole is read."""
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
-    try:
-        text = decode(data, label)
-    except ReportError as exc:
-        return [Document(label, error=_reason(str(exc), label))]
     if skim:
         cut = skim_bytes(data)
         if cut is not None:
+            # Only what is kept is decoded: bytes the merge skips are neither decoded nor parsed.
+            # Anything wrong in the kept part (invalid UTF-8, a NUL, a JSON error) is said by the
+            # whole reading below, in the words `gpudoctor report` uses.
             try:
                 out = _documents(cut.decode("utf-8-sig"), label, strict_json=True)
             except (UnicodeDecodeError, _NotJSON):
                 out = None
             if out is not None:
                 return out
+    try:
+        text = decode(data, label)
+    except ReportError as exc:
+        return [Document(label, error=_reason(str(exc), label))]
     return _documents(text, label, strict_json=False)
 
 
@@ -507,6 +532,8 @@ class _NotJSON(Exception):
 
 
 def _documents(text: str, label: str, *, strict_json: bool) -> list[Document]:
+    """The reports in `text`, each read and validated. `strict_json`: `text` is a skimmed report
+    laid out as gpudoctor writes one; a JSON error raises _NotJSON (the caller reads the whole)."""
     out: list[Document] = []
     pos, n = 0, 0
     length = len(text)
@@ -523,14 +550,17 @@ def _documents(text: str, label: str, *, strict_json: bool) -> list[Document]:
         n += 1
         name = label if n == 1 else f"{label}#{n}"
         try:
-            doc, pos = _decode_at(text, pos, name)
-        except ReportError as exc:
-            if strict_json:
-                raise _NotJSON() from None
+            try:
+                doc, pos = _decode_at(text, pos, name)
+            except ReportError as exc:
+                if strict_json and ("not valid JSON" in str(exc) or "ends early" in str(exc)):
+                    raise _NotJSON() from None  # the cut text: the whole is read, its error said as report says it
+                raise
+            _check_depth(doc, name)
+        except ReportError as exc:  # where this document ends is not known: the rest is not read
             out.append(Document(name, error=_reason(str(exc), name)))
             break
         try:
-            _check_depth(doc, name)
             validate(doc, name)
         except ReportError as exc:
             out.append(Document(name, error=_reason(str(exc), name)))
@@ -547,51 +577,52 @@ def _reason(message: str, name: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
-# The skim. A node report is ~300 KB of pretty JSON, most of it probe `details` and `findings` that
-# the merge never reads (it reads each result's status and summary, and matmul-sanity's
-# throughput). `render_json` writes indent=2 and each result's keys in a fixed order, so `details`
-# opens with a line `      "details": {` and closes at the first later line that is exactly six
-# spaces and `}`, and `findings` opens right after it and closes at the first line of six spaces
-# and `]`: a JSON string cannot hold a raw newline, and everything inside is indented deeper.
-# `skim_bytes` empties those values (on the raw bytes, before decoding) and the result is parsed;
-# text not shaped like that (other indentation, compact JSON, a hand edit) is parsed whole.
+# The skim. A node report is ~330 KB of pretty JSON, most of it probe `details`, `findings` and
+# stderr tails that the merge never reads: of each result it reads the probe, device, status and
+# summary, and matmul-sanity's throughput. `render_json` writes indent=2 and each result's keys in
+# a fixed order (probe, title, device, status, summary, duration_s, details, findings, exit_code,
+# signal, stderr_tail), so a result's `details` opens with a line `      "details": ` and the
+# result closes at the first later line that is exactly four spaces and `}`: a JSON string cannot
+# hold a raw newline, and everything inside is indented deeper. `skim_bytes` cuts each result from
+# its `details` to its end (keeping matmul-sanity's details, which close at the first line of six
+# spaces and `}`), on the raw bytes, before decoding; text not laid out like that (other
+# indentation, compact JSON, a hand edit) is parsed whole.
 _RESULTS_MARK = b'\n  "results": [\n'
-_DETAILS = b'\n      "details": {\n'
+_DETAILS = b'\n      "details": '
+_DETAILS_OPEN = b'\n      "details": {\n'
 _DETAILS_END = b"\n      }"
-_FINDINGS = b',\n      "findings": [\n'
-_FINDINGS_END = b"\n      ]"
+_RESULT_END = b"\n    }"
+_EMPTY_DETAILS = b'\n      "details": {}'
 _PROBE_LINE = b'\n      "probe": '
 _KEEP_DETAILS = b'\n      "probe": "matmul-sanity"'
 
 
 def skim_bytes(raw: bytes) -> bytes | None:
-    """`raw` without its results' details (but matmul-sanity's) and findings, or None when it is
-    not laid out as gpudoctor writes a report."""
+    """`raw` with each result cut after its duration (details, but matmul-sanity's, findings, exit
+    code, signal and stderr tail), or None when it is not laid out as gpudoctor writes a report."""
     pos = raw.find(_RESULTS_MARK)
     if pos < 0:
         return None
     parts = [raw[:pos]]
+    append = parts.append
     find, rfind, startswith = raw.find, raw.rfind, raw.startswith
     start = find(_DETAILS, pos)
     while start >= 0:
-        end = find(_DETAILS_END, start + len(_DETAILS) - 1)
-        if end < 0:
+        close = find(_RESULT_END, start)
+        if close < 0:
             return None
         head = rfind(_PROBE_LINE, pos, start)
-        if head >= 0 and startswith(_KEEP_DETAILS, head):
-            parts.append(raw[pos:end])  # matmul-sanity's throughput is read
-        else:
-            parts.append(raw[pos:start + len(_DETAILS) - 1])
-        pos = end
-        after = end + len(_DETAILS_END)
-        if startswith(_FINDINGS, after):
-            close = find(_FINDINGS_END, after + len(_FINDINGS) - 1)
-            if close < 0:
+        if head >= 0 and startswith(_KEEP_DETAILS, head) and startswith(_DETAILS_OPEN, start):
+            end = find(_DETAILS_END, start + len(_DETAILS_OPEN) - 1, close)
+            if end < 0:
                 return None
-            parts.append(raw[pos:after + len(_FINDINGS) - 1])
-            pos = close
+            append(raw[pos:end + len(_DETAILS_END)])  # matmul-sanity's throughput is read
+        else:
+            append(raw[pos:start])
+            append(_EMPTY_DETAILS)
+        pos = close
         start = find(_DETAILS, pos)
-    parts.append(raw[pos:])
+    append(raw[pos:])
     return b"".join(parts)
 
 

@@ -67,6 +67,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpudoctor.scan.torchenv import allowed_env_name
 from gpudoctor.reports import redact_machines, redact_secrets
+from gpudoctor.reports.redact_forms import trie
 from gpudoctor.reports.redact_rules import (  # noqa: F401 (is_secret_name, IDENTITY_KEYS: public here)
     _GENERIC_NAMES, _huntable, IDENTITY_KEYS, _is_host_name, _is_ip, _is_netmask, is_secret_name, _KEEP_IPS,
     _plausible_secret, _secret_level, _UUID,
@@ -376,7 +377,7 @@ class Redactor:
                     for m in self._secret_re.finditer(s))
         if self._literals and (len(self._literals) > 64 or any(v in s for v in self._literals)):
             if self._literal_re is None:
-                alts = "|".join(re.escape(v) for v in sorted(self._literals, key=len, reverse=True))
+                alts = trie(tuple(self._literals))  # 1,000 node names: one branch per character
                 # Whole names between non-alphanumerics: "-" and "_" join a host name to other
                 # words in file names (srun's scan-%N.json, run_gpu07_log), so they end one here.
                 self._literal_re = re.compile(rf"(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")

@@ -100,17 +100,28 @@ FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Octopus Deploy", ("API-",), _B + r"API-(?=[A-Z0-9]{0,25}[0-9])[A-Z0-9]{26}(?![A-Za-z0-9])"),
 )
 
-TOKEN_FORMATS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple(
-    (prefixes, re.compile(pattern)) for _, prefixes, pattern in FORMS
-)
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def pattern(source: str) -> re.Pattern[str]:
+    """A form's pattern, compiled the first time a text holds its prefix (most never are: a
+    command that redacts a few lines does not pay for seventy compilations)."""
+    compiled = _COMPILED.get(source)
+    if compiled is None:
+        compiled = _COMPILED[source] = re.compile(source)
+    return compiled
+
+
+TOKEN_FORMATS: tuple[tuple[tuple[str, ...], str], ...] = tuple((prefixes, source) for _, prefixes, source in FORMS)
 # Every prefix once, longest first: the one substring test per prefix that gates the patterns.
 PREFIXES: tuple[str, ...] = tuple(sorted({p for _, ps, _ in FORMS for p in ps}, key=lambda p: (-len(p), p)))
 SHORTEST = 20  # no format fits in fewer characters: shorter text is not searched
 
 
-def _trie(words: tuple[str, ...]) -> str:
+def trie(words: tuple[str, ...]) -> str:
     """One regex for a set of literals, shaped as their trie (`g(?:h[opusr]_|l...)`): sre then
-    decides at each position of a text with one branch per character, not one per literal."""
+    decides at each position of a text with one branch per character, not one per literal. Of
+    two words where one begins the other, the longer is tried first (`gpu(?:-node)?`)."""
     root: dict = {}
     for word in words:
         node = root
@@ -129,7 +140,7 @@ def _trie(words: tuple[str, ...]) -> str:
 
 
 # Whether a text holds any prefix at all: one search (most text holds none).
-GATE = re.compile(_trie(PREFIXES))
+GATE = re.compile(trie(PREFIXES))
 
 # Webhook URLs whose path is the secret: keep the service's host, hide the path.
 WEBHOOK = re.compile(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
-from gpudoctor.reports.redact_forms import GATE, PREFIXES, SHORTEST, TOKEN_FORMATS, WEBHOOK
+from gpudoctor.reports.redact_forms import GATE, PREFIXES, SHORTEST, TOKEN_FORMATS, WEBHOOK, pattern
 from gpudoctor.reports.redact_rules import (
     _any, _AWS_SECRET, _BARE_VALUE, _BEARER, _BEARER_VALUE, _code_value, _credential_like,
     _credential_shaped, _FLAG, _GENERIC_URL_USERS, _has_letter_and_digit, _identifier_start, _KV_WORDS, _LIMIT,
@@ -93,9 +93,9 @@ def forms(r: "Redactor", s: str) -> list[Span]:
     if len(s) >= SHORTEST and GATE.search(s):
         present = [p for p in PREFIXES if p in s]
         if present:
-            for prefixes, pattern in TOKEN_FORMATS:
+            for prefixes, source in TOKEN_FORMATS:
                 if any(p in present for p in prefixes):
-                    out += (_secret(r, m.start(), m.end(), m.group()) for m in pattern.finditer(s))
+                    out += (_secret(r, m.start(), m.end(), m.group()) for m in pattern(source).finditer(s))
     if "hook" in s:
         out += (_secret(r, m.start(2), m.end(2), m.group(2)) for m in WEBHOOK.finditer(s))
     return out

@@ -175,3 +175,38 @@ def test_run_json_and_bundle_files_escape_c1_and_bidi(tmp_path):
     text = (tmp_path / "run.json").read_text(encoding="utf-8")
     assert not [c for c in RAW if c in text], "run -o run.json"
     assert not [c for c in RAW if c in pathlib.Path(bundle / "ticket.md").read_text(encoding="utf-8")]
+
+
+def test_the_fast_reading_of_a_laid_out_report_is_as_strict_as_the_slow_one(tmp_path):
+    """merge reads a report as gpudoctor writes it (indent 2) with the plain decoder and counts the
+    keys instead of checking each object for duplicates: a duplicate is still refused, a string
+    that quotes JSON is not taken for one, and nesting is measured all the same."""
+    def pretty(report):
+        return json.dumps(report, indent=2)
+
+    def merged_error(text, name):
+        path = tmp_path / name
+        path.write_text(text)
+        [doc] = load.load_documents(str(path))
+        whole = load.parse_documents(text, str(path), skim=False)[0]
+        assert (doc.error is None) == (whole.error is None), (doc.error, whole.error)
+        return doc.error
+
+    report = fs.node_report(0, nodes=1)
+    assert load.skim_bytes(pretty(report).encode()) is not None  # the fast path is the one tested
+    assert merged_error(pretty(report), "good.json") is None
+
+    quoting = fs.node_report(0, nodes=1)
+    quoting["results"][0]["summary"] = 'the config said {"key": "value", "other\\\\": 1}'
+    quoting["environment"]["torch"]["note"] = '\\": odd'
+    assert merged_error(pretty(quoting), "quoting.json") is None
+
+    text = pretty(report).replace('"driver_version": ', '"driver_version": "1.0", "driver_version": ', 1)
+    assert "duplicate key 'driver_version'" in merged_error(text, "dup.json")
+
+    deep = fs.node_report(0, nodes=1)
+    node = deep["environment"]["torch"]
+    for _ in range(70):
+        node["x"] = {}
+        node = node["x"]
+    assert "nested too deeply" in merged_error(pretty(deep), "deep.json")

@@ -279,9 +279,9 @@ def _host(value: Any) -> str | None:
     return text
 
 
-def _gemm(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _gemm(results: list[Any]) -> list[dict[str, Any]]:
     out = []
-    for r in data.get("results") or []:
+    for r in results:
         if not isinstance(r, dict) or r.get("probe") != "matmul-sanity":
             continue
         throughput = lookup(r, "details", "throughput")
@@ -344,28 +344,41 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
     elif isinstance(lookup(env, "torch", "device_count"), int) and lookup(env, "torch", "cuda_available"):
         m.gpu_count = lookup(env, "torch", "device_count")
     results = data.get("results") or []
+    matmul = []
+    append = m.results.append
     for r in results:
         try:
             probe, status, device, summary = r["probe"], r["status"], r.get("device"), r.get("summary")
         except (TypeError, KeyError):
             continue
-        if not isinstance(probe, str) or not isinstance(status, str):
+        if type(probe) is not str or type(status) is not str:
             continue
-        if not isinstance(summary, str):
+        if type(summary) is not str:
             summary = ""
         elif len(summary) > TEXT_LIMIT:
             summary = summary[:TEXT_LIMIT] + "…"
-        m.results.append((probe[:80], device[:40] if isinstance(device, str) else None, status[:20], summary))
-    m.gemm = _gemm(data)
+        append((probe[:80], device[:40] if type(device) is str else None, status[:20], summary))
+        if probe == "matmul-sanity":
+            matmul.append(r)
+    m.gemm = _gemm(matmul)
     return m
 
 
 def _hw_value(raw: dict[str, Any], *path: str) -> str | None:
-    value = lookup(raw, *path)
-    if value is None or isinstance(value, (dict, list)):
+    value: Any = raw
+    for key in path:
+        if type(value) is not dict:
+            return None
+        value = value.get(key)
+    if value is None:
         return None
-    if isinstance(value, str) and value.startswith("not available"):
-        return None  # "cannot tell" is not a difference in hardware state
+    kind = type(value)
+    if kind is str:
+        if value.startswith("not available"):
+            return None  # "cannot tell" is not a difference in hardware state
+        return value if len(value) <= 80 else value[:80] + "…"
+    if kind is dict or kind is list:
+        return None
     return _text(value, 80)
 
 

@@ -4,6 +4,7 @@
     python tools/secret_corpus.py --misses        # every case whose secret survived
     python tools/secret_corpus.py --json          # the figures as JSON
     python tools/secret_corpus.py --gitleaks PATH/config/gitleaks.toml   # what the table lacks
+    python tools/secret_corpus.py --held-out      # syntaxes written after the detectors, unfitted
 
 The corpus is made, not collected: every secret is drawn from its documented format (prefix,
 length, alphabet, and the checksum where the format has one: GitHub's and npm's CRC32 in base62,
@@ -466,6 +467,31 @@ BARE: dict[str, str] = {
     "url-userinfo": "git clone https://x-access-token:{s}@github.com/acme/trainer.git",
     "http-header": "curl -sS -H 'X-Upstream: {s}' https://example.com/api",
 }
+# Written after redaction was changed to reach the syntaxes above, and measured once as they were:
+# a check on syntaxes nobody fitted the detectors to (`--held-out`). Its misses are listed in
+# docs/reports.md; a syntax fixed later moves up to NAMED, and a new held-out set is written.
+HELD_OUT: dict[str, str] = {
+    "ruby-attr": 'config.{snake} = "{s}"',
+    "rust-let": 'let {snake}: &str = "{s}";',
+    "swift-let": 'let {camel} = "{s}"',
+    "powershell-env": '$env:{UPPER} = "{s}"',
+    "cmd-set": "set {UPPER}={s}",
+    "ini-colon-spaced": "{snake} : {s}",
+    "dockerfile-env-eq": "ENV {UPPER}={s}",
+    "dockerfile-env-space": "ENV {UPPER} {s}",
+    "form-body": "{snake}={s}&user=bob",
+    "headers-repr": "headers={{'X-Api-Key': '{s}', 'Accept': 'application/json'}}",
+    "json-compact": '{{"{camel}":"{s}"}}',
+    "yaml-list-item": "- {snake}: {s}",
+    "toml-inline-table": 'creds = {{ {snake} = "{s}" }}',
+    "csv-row": "{snake},{s}",
+    "python-call-kwarg": 'connect(host="db", {snake}="{s}")',
+    "env-command": "env {UPPER}={s} python train.py",
+    "js-object": "const cfg = {{ {camel}: '{s}' }};",
+    "systemd-environment": 'Environment="{UPPER}={s}"',
+    "gitconfig-url": '[url "https://oauth2:{s}@gitlab.example.com/"]',
+    "log-kv-quoted": 'level=warn msg="auth retry" {snake}="{s}"',
+}
 URL_SYNTAXES: dict[str, str] = {
     "bare-log-line": "2026-03-14 09:26:53 INFO db: connecting to {url}",
     "dotenv": "DATABASE_URL={url}",
@@ -527,6 +553,19 @@ def _indent(block: str, prefix: str) -> str:
 
 def _body_lines(block: str) -> tuple[str, ...]:
     return tuple(line for line in block.splitlines() if len(line) >= 16 and not line.startswith("-----"))
+
+
+def held_out_cases(seed: int = SEED + 1) -> list[Case]:
+    """The HELD_OUT syntaxes for every family found by its name or form."""
+    rng = _Random(seed)
+    out = []
+    for fam in FAMILIES:
+        if fam.kind in ("token", "password", "key"):
+            names = _names(fam.stem, fam.word)
+            for syntax, template in HELD_OUT.items():
+                s = fam.make(rng)
+                out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+    return out
 
 
 def cases(seed: int = SEED) -> list[Case]:
@@ -727,12 +766,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--misses", action="store_true", help="show every case whose secret survived")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--gitleaks", metavar="GITLEAKS_TOML", help="list gitleaks rules no family covers")
+    parser.add_argument("--held-out", action="store_true", help="measure the HELD_OUT syntaxes instead")
     args = parser.parse_args(argv)
     if args.gitleaks:
         gaps = gitleaks_gaps(args.gitleaks)
         print("\n".join(gaps) if gaps else "every prefixed gitleaks rule has a family here")
         return 0
-    corpus = cases()
+    corpus = held_out_cases() if args.held_out else cases()
     misses, total, missed = measure(corpus)
     changed = lookalike_changes()
     n, m = len(corpus), len(misses)

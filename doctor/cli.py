@@ -325,7 +325,10 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
         if file is not None:
             chunks = textinput.iter_file(file)
         elif query == "-":
-            chunks = textinput.iter_stream(sys.stdin.buffer, name="standard input")
+            stream = getattr(sys.stdin, "buffer", None)  # None when standard input is closed (`<&-`)
+            if stream is None:
+                _fail("standard input is closed: nothing to explain")
+            chunks = textinput.iter_stream(stream, name="standard input")
         else:
             chunks = textinput.iter_text(query or "")
         matches = tuple(match_chunks(chunks))

@@ -405,7 +405,12 @@ def text_renderer(text: str) -> Callable[[Any], None]:
 
 
 def emit_text(output: Output, text: str) -> None:
-    """Finished text (JSON, Markdown, a diff) to `output`."""
+    """Finished text (JSON, Markdown, a diff) to `output`. JSON passes `safetext.json_text`: the
+    controls and bidi characters JSON itself leaves raw are written as \\u escapes."""
+    if output.fmt is Format.json:
+        from gpudoctor.safetext import json_text
+
+        text = json_text(text)
     emit(output, text_renderer(text))
 
 

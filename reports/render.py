@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gpudoctor.probes.base import Status
 from gpudoctor.reports import markdown as md
 from gpudoctor.reports.model import PROBLEM_STATUSES, Report, lookup, report_from_dict  # noqa: F401 (re-exported)
-from gpudoctor.safetext import visible
+from gpudoctor.safetext import json_text, visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -540,7 +540,7 @@ def _finding_details(say: Callable[..., None], wrapped: Callable[..., None], res
 
 def render_json(report: Report) -> str:
     """The report as pretty JSON (with `schema_version`), ending in a newline."""
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    return json_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str)) + "\n"
 
 
 def load_schema() -> dict[str, Any]:
@@ -607,7 +607,7 @@ def render_markdown(report: Report, *, kb: KbLookup | None = None) -> str:
 
     out += ["", "<details><summary>Environment</summary>", ""]
     out += [f"- **{md.text(key, 100)}**: {md.text(value, VALUE_LIMIT)}" for key, value in environment_brief(report.environment)]
-    env_json = json.dumps(report.environment, indent=2, ensure_ascii=False, default=str)
+    env_json = json_text(json.dumps(report.environment, indent=2, ensure_ascii=False, default=str))
     if len(env_json) > ENV_JSON_LIMIT:
         env_json = env_json[:ENV_JSON_LIMIT] + f"\n... ({len(env_json) - ENV_JSON_LIMIT} more characters in the JSON report)"
     out += ["", md.fence(env_json, "json"), "", "</details>", ""]

@@ -62,7 +62,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.knowledge.kb import Entry, Pattern, load_all
+from gpudoctor.explain.notice import NoticeScan, PlatformFinding, PrimaryError
 from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
+from gpudoctor.knowledge.notices import CUDA
 from gpudoctor.knowledge.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
@@ -99,6 +101,8 @@ class Match:
     against: tuple[str, ...] = ()  # lines that argued against it
     consequence_of: tuple[str, int] | None = None  # (id, line) of the root cause this follows
     first_line: int = 0
+    score: float = 0.0  # the raw score (rule 5) the rules compare; `confidence` is what is stated
+    not_on: str | None = None  # the platform of the text, where this entry does not apply (rule 9)
 
     @property
     def id(self) -> str:
@@ -128,6 +132,7 @@ class Match:
             "against": list(self.against),
             "consequence_of": ({"id": self.consequence_of[0], "line": self.consequence_of[1] or None}
                                if self.consequence_of else None),
+            "not_on_platform": self.not_on,
         }
 
 
@@ -138,8 +143,10 @@ class _Hits:
 
     weights: dict[str, float] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
-    evidence: dict[str, int] = field(default_factory=dict)  # text -> first line
+    # line -> (the text quoted for it, quoted by an anchor): one quote per line, an anchor's first
+    evidence: dict[int, tuple[str, bool]] = field(default_factory=dict)
     anchor_lines: list[int] = field(default_factory=list)
+    explaining: set[int] = field(default_factory=set)  # lines an anchor explains (not a trailer)
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
@@ -214,6 +221,12 @@ class Matcher:
             for pattern in entry.patterns:
                 key = (pattern.keyword, pattern.ignore_case)
                 self._by_keyword.setdefault(key, []).append((entry, pattern))
+        # The platform markers and primary-error keywords (gpudoctor.explain.notice) are found in
+        # the same pass (rules 9 and 10).
+        self._scan = NoticeScan()
+        self._side = set(self._scan.keys())
+        for key in self._side:
+            self._by_keyword.setdefault(key, [])
         # Most keywords are found by one regex pass per chunk over a trie of their "needles" (a
         # stretch of each keyword that starts with a character rare in ordinary text), so the
         # search skips most positions at C speed; the rest (and case-insensitive keywords) are
@@ -240,6 +253,8 @@ class Matcher:
         self._whole_lines: set[int] = set()  # offsets (in the chunk) of lines a template matched whole
         self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
+        self.platform: PlatformFinding | None = None  # set by results() (rule 9)
+        self.unrecognised: PrimaryError | None = None  # set by results() (rule 10)
 
     def feed(self, chunk: str) -> None:
         chunk, original, spans = _prepared(chunk)
@@ -262,6 +277,8 @@ class Matcher:
                         if at >= 0:
                             lines_seen[key] += 1
                             self._try_line(self._by_keyword[key], window, start, index, at)
+                            if key in self._side:
+                                self._notice(key, window, start, index)
         lowered: str | None = None
         for key in self._plain:
             keyword, folded = key
@@ -274,12 +291,22 @@ class Matcher:
                 haystack = lowered
             for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
                 self._try_line(self._by_keyword[key], window, start, index, at)
+                if key in self._side:
+                    self._notice(key, window, start, index)
         for entry, pattern, weight, window, start, idx in self._deferred:
             if start not in self._whole_lines:
                 self._record(entry, pattern, weight, window, start, idx)
         self._deferred.clear()
         self._whole_lines.clear()
         self._lines_before += chunk.count("\n")
+
+    def _notice(self, key: tuple[str, bool], window: str, start: int, index: _LineIndex) -> None:
+        line = index.line_of(start)
+
+        def quote() -> str:
+            return _evidence_text(index.original_lines(line, 1) or window, None)
+
+        self._scan.try_line(key, window, line, quote)
 
     def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
         """The keywords whose needle occurs in `window`, in knowledge-base order. The trie finds
@@ -387,8 +414,12 @@ class Matcher:
         if pattern.role == "anchor":
             hits.anchor_lines.append(line)
             hits.free_anchor = hits.free_anchor or not pattern.needs_support
-        if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
-            hits.evidence[text] = line
+            if not pattern.trailer and not entry.wrapper:
+                hits.explaining.add(line)
+        anchor = pattern.role == "anchor"
+        known = hits.evidence.get(line)
+        if (known is None and len(hits.evidence) < _MAX_HITS_KEPT) or (known is not None and anchor and not known[1]):
+            hits.evidence[line] = (text, anchor)
         if decided and decided not in hits.decided_by:
             hits.decided_by.append(decided)
         if m is not None:
@@ -406,7 +437,10 @@ class Matcher:
                 continue
             weights = [w for name, w in hits.weights.items() if hits.roles[name] != "against"]
             supports = sum(1 for name in hits.weights if hits.roles[name] == "support")
-            evidence = sorted(hits.evidence.items(), key=lambda kv: kv[1])[:_MAX_EVIDENCE_PER_ENTRY]
+            # The line the verdict rests on (its first anchor) first, then the others in order.
+            first = min(hits.anchor_lines)
+            evidence = sorted(((text, line) for line, (text, _) in hits.evidence.items()),
+                              key=lambda tl: (tl[1] != first, tl[1]))[:_MAX_EVIDENCE_PER_ENTRY]
             decided = list(hits.decided_by)
             for fact in entry.facts:
                 derived = ENTRY_FACTS[fact](hits.captures)
@@ -429,15 +463,23 @@ class Matcher:
             matches[entry_id] = Match(
                 entry, confidence, tuple(t for t, _ in evidence), dict(hits.captures),
                 lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
-                against=tuple(hits.against[:3]), first_line=min(hits.anchor_lines),
+                against=tuple(hits.against[:3]), first_line=first,
             )
             anchor_lines[entry_id] = set(hits.anchor_lines)
         _apply_precedence(matches, anchor_lines)
+        self.platform = self._scan.platform()
+        self.unrecognised = None
+        if self.platform is not None:
+            _apply_platform(matches, self.platform.id)
+        else:
+            explained = set().union(*(self._hits[i].explaining for i, m in matches.items()
+                                      if m.confidence >= _MIN_CONFIDENCE or m.context_only))
+            self.unrecognised = _apply_primary(matches, self._scan.primary, explained)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
         )
-        return ranked
+        return [replace(m, score=m.confidence) for m in ranked]
 
 
 def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
@@ -489,6 +531,32 @@ def _apply_precedence(matches: dict[str, Match], anchor_lines: dict[str, set[int
             if earlier:
                 matches[m.id] = _demote(m, min(m.confidence, earlier[0].confidence * 0.5),
                                         (earlier[0].id, earlier[0].first_line))
+
+
+def _apply_platform(matches: dict[str, Match], platform: str) -> None:
+    """Rule 9, in place: on text from another platform, an entry that does not apply there is
+    context, whatever its score."""
+    for m in list(matches.values()):
+        if not m.entry.applies_on(platform):
+            matches[m.id] = replace(_demote(m, _CONTEXT_CAP), not_on=platform)
+
+
+def _apply_primary(matches: dict[str, Match], primary: list[PrimaryError],
+                   explained: set[int]) -> PrimaryError | None:
+    """Rule 10, in place: a primary CUDA error that no anchor explains (trailers and wrappers
+    explain nothing) outranks a generic or wrapper verdict, which becomes its context. Returns
+    that error (the first such), or None when an entry explains the text."""
+    unexplained = [p for p in primary if p.line not in explained]
+    if not unexplained:
+        return None
+    live = sorted((m for m in matches.values() if not m.context_only and m.confidence >= _MIN_CONFIDENCE),
+                  key=lambda m: (-m.confidence, -m.entry.specificity, m.first_line))
+    if live and not (live[0].entry.generic or live[0].entry.wrapper):
+        return None
+    for m in live:
+        if m.entry.generic or m.entry.wrapper:
+            matches[m.id] = _demote(m, _CONTEXT_CAP)
+    return unexplained[0]
 
 
 def _windows_containing(haystack: str, original: str, keyword: str,
@@ -642,13 +710,41 @@ def entries_for(text: str) -> tuple[Entry, ...]:
     return load_entries(ids)
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the matcher concluded about a text: the ranked matches, the platform the text
+    comes from (rule 9) and the primary CUDA error no entry explains (rule 10)."""
+
+    matches: tuple[Match, ...]
+    platform: PlatformFinding | None = None
+    unrecognised: PrimaryError | None = None
+
+    @property
+    def verdict(self) -> Match | None:
+        """The best match when it is the answer: not context (demoted by a rule)."""
+        best = self.matches[0] if self.matches else None
+        return best if best is not None and not best.context_only else None
+
+
 def match_text(text: str) -> list[Match]:
     """Rank the known failures in `text`, best first (see the module docstring for the rules)."""
     return match_chunks([text])
 
 
+def analyse_text(text: str) -> Analysis:
+    """`match_text` with the platform and the unexplained primary error."""
+    return analyse_chunks([text])
+
+
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
-    """The same for input read in chunks that end at line boundaries (large logs). Chunks that
+    """The ranked matches of `analyse_chunks`."""
+    return list(analyse_chunks(chunks).matches)
+
+
+def analyse_chunks(chunks: Iterable[str]) -> Analysis:
+    """Rank the known failures in input read in chunks that end at line boundaries (a pasted
+    error is one chunk; a large log many), and say which platform it comes from and which
+    primary CUDA error no entry explains (rules 9 and 10). Chunks that
     know the input's line number of their first line (`gpudoctor.explain.textinput.Chunks.first_line`,
     set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
     so the lines named as evidence are the log's own.
@@ -660,7 +756,7 @@ def match_chunks(chunks: Iterable[str]) -> list[Match]:
     source = iter(chunks)
     first = next(source, None)
     if first is None:
-        return []
+        return Analysis(())
     second = next(source, None)
     matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
     matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
@@ -669,4 +765,5 @@ def match_chunks(chunks: Iterable[str]) -> list[Match]:
         matcher.feed(second)
         for chunk in source:
             matcher.feed(chunk)
-    return matcher.results()
+    matches = tuple(matcher.results())
+    return Analysis(matches, matcher.platform, matcher.unrecognised)

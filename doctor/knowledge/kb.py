@@ -23,6 +23,10 @@ An entry file `<id>.toml` holds:
                   "terminated with exception: CUDA error: ..."): an error found on the wrapper's
                   line, or on the line after it, decides, and the wrapper is its context
     supersedes    ids this entry outranks when both match (attention-oom supersedes cuda-oom)
+    platforms     where the entry applies: "cuda" (NVIDIA CUDA) and the ids of other platforms
+                  (gpudoctor.knowledge.platforms: rocm, zluda, mps, xpu, npu, hpu, musa, mlu, tt);
+                  absent means every platform (a PyTorch-level failure such as a dtype mismatch).
+                  On text from a platform it does not list, the entry is context, never the verdict
     templates_from ids whose message templates this entry also recognises (attention-oom reads
                   cuda-oom's out-of-memory messages, then needs its own evidence)
     min_support   how many `support` patterns (or derived facts) must match besides an anchor
@@ -44,9 +48,11 @@ An entry file `<id>.toml` holds:
                        time and becomes a capture, `{{`/`}}` are literal braces; `project`,
                        `file` and `versions` say where it comes from; optional `weight`
                        (default 0.9), `role`, `when` (a line predicate, see the matcher),
-                       `values` (sample values for the catalogue test), `ignore_case` and
+                       `values` (sample values for the catalogue test), `ignore_case`,
                        `needs_support` (an anchor that reads another entry's message: it counts
-                       only beside a support pattern or derived fact of this entry)
+                       only beside a support pattern or derived fact of this entry) and `trailer`
+                       (a line printed after many errors, such as CUDA's "might be asynchronously
+                       reported": it never explains the error line it shares, see the matcher)
     [[patterns]]       hand-written regexes for what is not a message template (stack frames,
                        tracker spellings): name, regex, keyword, weight (0..1),
                        role ("anchor" | "support" | "against"), optional ignore_case, when and
@@ -128,6 +134,7 @@ class Template:
     values: tuple[tuple[str, str], ...] = ()
     ignore_case: bool = False
     needs_support: bool = False
+    trailer: bool = False
 
     def sample(self) -> str:
         """The template filled in with sample values (`values`, else one per placeholder kind)."""
@@ -276,6 +283,7 @@ class Pattern:
     template: Template | None = None  # set when the pattern was derived from a message template
     reach: int | None = None  # a template's most characters before its keyword (None: unknown)
     needs_support: bool = False  # an anchor that counts only beside a support or fact of its entry
+    trailer: bool = False  # printed after many errors: never explains the error on its line
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -332,6 +340,7 @@ class Entry:
     consequence: bool
     wrapper: bool
     supersedes: tuple[str, ...]
+    platforms: tuple[str, ...]  # empty: every platform
     templates_from: tuple[str, ...]
     min_support: int
     facts: tuple[str, ...]
@@ -347,6 +356,10 @@ class Entry:
     templates: tuple[Template, ...]
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
+
+    def applies_on(self, platform: str) -> bool:
+        """Whether the entry's cause and fix hold on `platform` ("cuda" or another platform id)."""
+        return not self.platforms or platform in self.platforms
 
 
 def _req(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -409,6 +422,7 @@ def _parse_template(t: dict[str, Any], where: str) -> Template:
         values=tuple(sorted(values.items())),
         ignore_case=bool(t.get("ignore_case", False)),
         needs_support=bool(t.get("needs_support", False)),
+        trailer=bool(t.get("trailer", False)),
     )
 
 
@@ -417,7 +431,7 @@ def template_pattern(template: Template, name: str) -> Pattern:
     if template.ignore_case:
         keyword = keyword.lower()
     return Pattern(name, source, keyword, template.weight, template.role, template.ignore_case,
-                   template.when, template, reach, template.needs_support)
+                   template.when, template, reach, template.needs_support, template.trailer)
 
 
 def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
@@ -504,6 +518,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         consequence=bool(data.get("consequence", False)),
         wrapper=bool(data.get("wrapper", False)),
         supersedes=_strings(data, "supersedes", where, default=[]),
+        platforms=_strings(data, "platforms", where, default=[]),
         templates_from=templates_from,
         min_support=int(data.get("min_support", 0)),
         facts=facts,

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.knowledge.kb import Entry, Pattern, load_all
+from gpudoctor.explain import calibration
 from gpudoctor.explain.notice import NoticeScan, PlatformFinding, PrimaryError
 from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
 from gpudoctor.knowledge.notices import CUDA
@@ -102,6 +103,8 @@ class Match:
     consequence_of: tuple[str, int] | None = None  # (id, line) of the root cause this follows
     first_line: int = 0
     score: float = 0.0  # the raw score (rule 5) the rules compare; `confidence` is what is stated
+    anchor_kinds: frozenset[str] = frozenset()  # how its anchors matched (rule 11's features)
+    support: int = 0  # how many patterns and facts, besides anchors, matched
     not_on: str | None = None  # the platform of the text, where this entry does not apply (rule 9)
 
     @property
@@ -147,6 +150,7 @@ class _Hits:
     evidence: dict[int, tuple[str, bool]] = field(default_factory=dict)
     anchor_lines: list[int] = field(default_factory=list)
     explaining: set[int] = field(default_factory=set)  # lines an anchor explains (not a trailer)
+    anchor_kinds: set[str] = field(default_factory=set)  # template, pattern, fragment, support-needing
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
@@ -253,8 +257,10 @@ class Matcher:
         self._whole_lines: set[int] = set()  # offsets (in the chunk) of lines a template matched whole
         self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
+        self.raw = False  # True: state the raw score, not the calibrated confidence (tools/calibrate.py)
         self.platform: PlatformFinding | None = None  # set by results() (rule 9)
         self.unrecognised: PrimaryError | None = None  # set by results() (rule 10)
+        self.unexplained: tuple[PrimaryError, ...] = ()  # every primary error no anchor explains
 
     def feed(self, chunk: str) -> None:
         chunk, original, spans = _prepared(chunk)
@@ -416,6 +422,8 @@ class Matcher:
             hits.free_anchor = hits.free_anchor or not pattern.needs_support
             if not pattern.trailer and not entry.wrapper:
                 hits.explaining.add(line)
+            hits.anchor_kinds.add("fragment" if weight < pattern.weight else "needs-support" if pattern.needs_support
+                                  else "template" if pattern.template is not None else "pattern")
         anchor = pattern.role == "anchor"
         known = hits.evidence.get(line)
         if (known is None and len(hits.evidence) < _MAX_HITS_KEPT) or (known is not None and anchor and not known[1]):
@@ -464,22 +472,25 @@ class Matcher:
                 entry, confidence, tuple(t for t, _ in evidence), dict(hits.captures),
                 lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
                 against=tuple(hits.against[:3]), first_line=first,
+                anchor_kinds=frozenset(hits.anchor_kinds), support=supports,
             )
             anchor_lines[entry_id] = set(hits.anchor_lines)
         _apply_precedence(matches, anchor_lines)
         self.platform = self._scan.platform()
         self.unrecognised = None
+        explained = set().union(*(self._hits[i].explaining for i, m in matches.items()
+                                  if m.confidence >= _MIN_CONFIDENCE or m.context_only))
+        unexplained = [p for p in self._scan.primary if p.line not in explained]
+        self.unexplained = tuple(unexplained)
         if self.platform is not None:
             _apply_platform(matches, self.platform.id)
         else:
-            explained = set().union(*(self._hits[i].explaining for i, m in matches.items()
-                                      if m.confidence >= _MIN_CONFIDENCE or m.context_only))
-            self.unrecognised = _apply_primary(matches, self._scan.primary, explained)
+            self.unrecognised = _apply_primary(matches, unexplained)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
         )
-        return [replace(m, score=m.confidence) for m in ranked]
+        return _calibrated(ranked, bool(unexplained), self.platform is not None, raw=self.raw)
 
 
 def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
@@ -541,12 +552,26 @@ def _apply_platform(matches: dict[str, Match], platform: str) -> None:
             matches[m.id] = replace(_demote(m, _CONTEXT_CAP), not_on=platform)
 
 
-def _apply_primary(matches: dict[str, Match], primary: list[PrimaryError],
-                   explained: set[int]) -> PrimaryError | None:
+def _calibrated(ranked: list[Match], unexplained: bool, platform: bool, *, raw: bool = False) -> list[Match]:
+    """Rule 11: every match keeps its raw score as `score`; a match that is not context states
+    the calibrated confidence (gpudoctor.explain.calibration), a context match its capped score."""
+    live = [m for m in ranked if not m.context_only]
+    out = []
+    for m in ranked:
+        stated = m.confidence
+        if not m.context_only and not raw:
+            rival = max((o.confidence for o in live if o is not m), default=0.0)
+            x = calibration.features(m.confidence, m.anchor_kinds, m.support, m.entry.generic, bool(m.against),
+                                     rival, unexplained, platform)
+            stated = calibration.stated(x, m.confidence)
+        out.append(replace(m, confidence=stated, score=m.confidence))
+    return out
+
+
+def _apply_primary(matches: dict[str, Match], unexplained: list[PrimaryError]) -> PrimaryError | None:
     """Rule 10, in place: a primary CUDA error that no anchor explains (trailers and wrappers
     explain nothing) outranks a generic or wrapper verdict, which becomes its context. Returns
     that error (the first such), or None when an entry explains the text."""
-    unexplained = [p for p in primary if p.line not in explained]
     if not unexplained:
         return None
     live = sorted((m for m in matches.values() if not m.context_only and m.confidence >= _MIN_CONFIDENCE),
@@ -718,6 +743,7 @@ class Analysis:
     matches: tuple[Match, ...]
     platform: PlatformFinding | None = None
     unrecognised: PrimaryError | None = None
+    unexplained: tuple[PrimaryError, ...] = ()
 
     @property
     def verdict(self) -> Match | None:
@@ -731,9 +757,10 @@ def match_text(text: str) -> list[Match]:
     return match_chunks([text])
 
 
-def analyse_text(text: str) -> Analysis:
-    """`match_text` with the platform and the unexplained primary error."""
-    return analyse_chunks([text])
+def analyse_text(text: str, *, raw: bool = False) -> Analysis:
+    """`match_text` with the platform and the unexplained primary error (`raw`: state the raw
+    scores, as tools/calibrate.py reads them)."""
+    return analyse_chunks([text], raw=raw)
 
 
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
@@ -741,7 +768,7 @@ def match_chunks(chunks: Iterable[str]) -> list[Match]:
     return list(analyse_chunks(chunks).matches)
 
 
-def analyse_chunks(chunks: Iterable[str]) -> Analysis:
+def analyse_chunks(chunks: Iterable[str], *, raw: bool = False) -> Analysis:
     """Rank the known failures in input read in chunks that end at line boundaries (a pasted
     error is one chunk; a large log many), and say which platform it comes from and which
     primary CUDA error no entry explains (rules 9 and 10). Chunks that
@@ -760,10 +787,11 @@ def analyse_chunks(chunks: Iterable[str]) -> Analysis:
     second = next(source, None)
     matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
     matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+    matcher.raw = raw
     matcher.feed(first)
     if second is not None:
         matcher.feed(second)
         for chunk in source:
             matcher.feed(chunk)
     matches = tuple(matcher.results())
-    return Analysis(matches, matcher.platform, matcher.unrecognised)
+    return Analysis(matches, matcher.platform, matcher.unrecognised, matcher.unexplained)

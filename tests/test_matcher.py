@@ -142,7 +142,7 @@ def test_opening_words_on_a_line_another_template_matches_whole_are_a_look_alike
     # Alone (nothing else reads the line), the same opening words still count, as a fragment.
     retyped = "CUBLAS_STATUS_NOT_SUPPORTED when calling scaled_gemm, see the log above\n"
     out = ranked([fp8, blas], retyped)
-    assert [m.id for m in out] == ["fp8"] and out[0].confidence < 0.9
+    assert [m.id for m in out] == ["fp8"] and out[0].score < 0.9  # the raw score: a fragment weighs less
 
 
 def test_chunked_input_equals_whole_input():

@@ -86,7 +86,8 @@ class Explanation:
 def from_analysis(analysis: Analysis) -> Explanation:
     """The explanation of a matched text: the verdict's entry when an entry is the answer."""
     verdict = analysis.verdict
-    return Explanation(analysis.matches, verdict.entry if verdict else None, analysis.platform, analysis.unrecognised)
+    entry = verdict.entry.advised(verdict.captures) if verdict else None  # the fix with the text's versions
+    return Explanation(analysis.matches, entry, analysis.platform, analysis.unrecognised)
 
 
 def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
@@ -266,21 +267,24 @@ def _print_unwrapped(console: Console, text: Any) -> None:
     console.print(text, soft_wrap=True)
 
 
-def render_verdict(matches: tuple[Match, ...], console: Console, platform: PlatformFinding | None = None) -> None:
+def render_verdict(matches: tuple[Match, ...], console: Console, platform: PlatformFinding | None = None,
+                   entry: Entry | None = None) -> None:
     """The best match first (id, confidence and line; its cause, fix and the lines that decided
-    it, the platform when the text names one), then one line for every other match."""
+    it, the platform when the text names one), then one line for every other match. `entry`: the
+    best match's entry with its advice filled in from the text (`Entry.advised`)."""
     if not matches:
         return
     from rich.text import Text
 
     best = matches[0]
+    entry = entry or best.entry
     head = Text()
     head.append(best.id, style="bold")  # ids are never truncated: a line of their own
     console.print(head, soft_wrap=True)
-    console.print(_t(best.entry.title))
+    console.print(_t(entry.title))
     console.print(Text(_confidence_line(best), style="dim"))
-    _hanging(console, "Cause:", best.entry.cause, 7, label_style="bold")
-    _hanging(console, "Fix:", best.entry.quick_fix, 7, label_style="bold")
+    _hanging(console, "Cause:", entry.cause, 7, label_style="bold")
+    _hanging(console, "Fix:", entry.quick_fix, 7, label_style="bold")
     shown: set[str] = set()
     for text, line in list(zip(best.evidence, best.lines))[:_VERDICT_EVIDENCE]:
         _hanging(console, f"line {line}:" if line else "Fact:", text, 7, label_style="dim", untrusted=True)
@@ -438,7 +442,7 @@ def render_text(explanation: Explanation, console: Console) -> None:
         render_notice(explanation, console)
         return
     if explanation.entry is not None and explanation.best is not None:
-        render_verdict(explanation.matches, console, explanation.platform)
+        render_verdict(explanation.matches, console, explanation.platform, explanation.entry)
         console.print()  # the verdict and the full story are two blocks
     if explanation.entry is not None:
         render_entry(explanation.entry, console, explanation.best)

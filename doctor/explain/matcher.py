@@ -387,7 +387,11 @@ class Matcher:
         if pattern.cut is not None:
             regex, fewest = pattern.cut
             m = regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
-            if m is not None and len(m.group(0).rstrip()) >= fewest:
+            # The message cut short is the one at the keyword that selected the line, not a
+            # look-alike start of it elsewhere ("... PyTorch installation." is no cut-short
+            # "PyTorch 2.1 with CUDA 12.1 (you have ...)").
+            if m is not None and len(m.group(0).rstrip()) >= fewest and m.start() <= at \
+                    and m.end() >= at + len(pattern.keyword):
                 decided = None
                 if pattern.when is not None:
                     decided = LINE_PREDICATES[pattern.when](m.groupdict())

@@ -60,6 +60,12 @@ An entry file `<id>.toml` holds:
                        `keyword` is a literal substring every match contains, used to find
                        candidate lines fast in large logs (lower-case when ignore_case)
     [[examples]]       text, source (URL of the public report it was copied from)
+    [[variants]]       the advice filled in with what the text says: `needs` (conditions on the
+                       values captured from the text and those derived from them, see
+                       gpudoctor.knowledge.predicates.derived_values: "name" is present,
+                       "name=value" / "name!=value" compare it, "name=@other" equals another
+                       value) and any of `quick_fix`, `fix`, `patch` with `{name}` placeholders.
+                       The first variant whose needs hold replaces the entry's own advice
 
 Templates become patterns when the entry loads (`template_regex`): literal text is escaped, a run
 of spaces matches up to four spaces or tabs (or none after punctuation), any quote matches any
@@ -104,6 +110,7 @@ PLACEHOLDER_KINDS: dict[str, str] = {
     "num": r"-?[\d.]{1,24}",
     "size": r"[\d.]{1,24} ?(?:[KMGTP]i?B|bytes|B)",
     "word": r"[\w.:<>\-]{1,100}",  # a type, dtype, device or identifier: c10::BFloat16, cuda:0
+    "version": r"[\w.+\-]{1,60}",  # a package version with its local tag: 2.6.0+cu124
     "path": r"[^\s'\"`]{1,400}",
     "hex": r"(?:0x)?[0-9a-fA-F]{1,32}",
     "tuple": r"\(?[\d, ]{1,40}\)?",  # (8, 0) or 8.0-ish capability tuples and shapes
@@ -112,7 +119,7 @@ PLACEHOLDER_WIDTHS = {kind: int(re.findall(r"\{\d+,(\d+)\}", body)[0]) + (12 if 
                       for kind, body in PLACEHOLDER_KINDS.items()}  # the most characters each can take
 SAMPLE_VALUES = {
     "": "x", "text": "some text", "rest": "and the rest", "int": "16", "num": "8.6",
-    "size": "2.00 GiB", "word": "Float", "path": "/usr/lib/libfoo.so", "hex": "0x7f00", "tuple": "(8, 0)",
+    "size": "2.00 GiB", "word": "Float", "version": "2.6.0+cu124", "path": "/usr/lib/libfoo.so", "hex": "0x7f00", "tuple": "(8, 0)",
 }
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w*)(?::(\w+))?\}")
 _QUOTES = "`'\"\u2018\u2019"
@@ -325,6 +332,35 @@ class Example:
 
 
 @dataclass(frozen=True)
+class Variant:
+    needs: tuple[str, ...]
+    quick_fix: str | None = None
+    fix: tuple[str, ...] | None = None
+    patch: str | None = None
+
+    def holds(self, values: dict[str, str]) -> bool:
+        for need in self.needs:
+            name, op, want = _NEED.match(need).groups()  # type: ignore[union-attr]
+            have = values.get(name)
+            if have is None:
+                return False
+            if op == "=" and (have != (values.get(want[1:]) if want.startswith("@") else want)):
+                return False
+            if op == "!=" and have == want:
+                return False
+        return True
+
+
+_NEED = re.compile(r"^(\w+)(?:(!?=)(@?[\w.+\-]+))?$")
+_FILL = re.compile(r"\{(\w+)\}")
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """`text` with each `{name}` whose name is in `values` replaced (other braces stay: code)."""
+    return _FILL.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+@dataclass(frozen=True)
 class Entry:
     id: str
     title: str
@@ -356,6 +392,24 @@ class Entry:
     templates: tuple[Template, ...]
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
+    variants: tuple[Variant, ...] = field(default=())
+
+    def advised(self, captures: dict[str, str]) -> "Entry":
+        """The entry with its advice (quick fix, fix steps, patch) filled in from the values a
+        text gave (`captures`), by the first variant whose needs hold; itself when none does."""
+        if not self.variants:
+            return self
+        from gpudoctor.knowledge.predicates import derived_values
+
+        values = {**captures, **derived_values(captures)}
+        for variant in self.variants:
+            if variant.holds(values):
+                return dataclasses.replace(
+                    self,
+                    quick_fix=fill(variant.quick_fix, values) if variant.quick_fix else self.quick_fix,
+                    fix=tuple(fill(s, values) for s in variant.fix) if variant.fix else self.fix,
+                    patch=fill(variant.patch, values).strip("\n") if variant.patch else self.patch)
+        return self
 
     def applies_on(self, platform: str) -> bool:
         """Whether the entry's cause and fix hold on `platform` ("cuda" or another platform id)."""
@@ -503,6 +557,18 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         if unknown:
             raise KnowledgeBaseError(f"{where}: unknown facts {sorted(unknown)} (known: {sorted(ENTRY_FACTS)})")
 
+    variants = []
+    for i, v in enumerate(data.get("variants", [])):
+        vw = f"{where}: variants[{i}]"
+        needs = _strings(v, "needs", vw)
+        if not needs or not all(_NEED.match(n) for n in needs):
+            raise KnowledgeBaseError(f"{vw}: needs must be a list of conditions (name, name=value, name!=value, name=@other)")
+        fix = v.get("fix")
+        if fix is not None and (not isinstance(fix, list) or not all(isinstance(s, str) for s in fix)):
+            raise KnowledgeBaseError(f"{vw}: fix must be a list of strings")
+        variants.append(Variant(needs, _reflow(v["quick_fix"]) if isinstance(v.get("quick_fix"), str) else None,
+                                tuple(fix) if fix else None, v.get("patch") if isinstance(v.get("patch"), str) else None))
+
     return Entry(
         id=entry_id,
         title=_req(data, "title", str, where),
@@ -534,6 +600,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         templates=tuple(templates),
         patterns=tuple(patterns),
         examples=tuple(examples),
+        variants=tuple(variants),
     )
 
 

@@ -256,6 +256,29 @@ def gemm_dims_not_16(c: Captures) -> str | None:
     return f"cuBLASLt was called with {', '.join(odd)}, not a multiple of 16 as FP8 matmuls require"
 
 
+_VERSION = re.compile(r"^(?P<version>\d+(?:\.\d+){1,3}(?:(?:a|b|rc|\.post|\.dev)\d+)*)(?:\+(?P<tag>[A-Za-z0-9_.]+))?$")
+_CUDA_NUMBER = re.compile(r"^(?P<major>\d{1,2})(?P<minor>\d{2})$")  # xformers prints CUDA 12.1 as 1201
+
+
+def derived_values(c: Captures) -> dict[str, str]:
+    """Values an entry's advice can name, read from what a text captured (kb's `[[variants]]`):
+    for a version with a local tag (`have` = "2.6.0+cu124"), `have_version` ("2.6.0") and
+    `have_tag` ("cu124"); for a CUDA version printed as a number (`cuda` = "1201"), `cuda_tag`
+    ("cu121")."""
+    out: dict[str, str] = {}
+    for name, value in c.items():
+        value = value.strip()
+        m = _VERSION.match(value)
+        if m:
+            out[f"{name}_version"] = m.group("version")
+            if m.group("tag"):
+                out[f"{name}_tag"] = m.group("tag")
+        n = _CUDA_NUMBER.match(value)
+        if n and "cuda" in name:
+            out[f"{name}_tag"] = f"cu{int(n.group('major'))}{int(n.group('minor'))}"
+    return out
+
+
 ENTRY_FACTS: dict[str, Callable[[Captures], str | None]] = {
     "allocation-exceeds-gpu": allocation_exceeds_gpu,
     "gemm-dims-not-16": gemm_dims_not_16,

@@ -123,6 +123,9 @@ def test_every_platform_notice_loads_and_every_entry_names_known_platforms():
     assert {"rocm", "zluda", "mps", "xpu", "npu", "hpu", "musa", "mlu"} <= ids
     for notice in notices.platforms():
         assert notice.steps and notice.references and notice.markers
+        for marker in notice.markers:
+            m = marker.regex  # compiles: a bad regex fails here
+            assert m.pattern == marker.source
     assert notices.load(notices.UNRECOGNISED).steps
     for entry in kb.load_all():
         assert set(entry.platforms) <= ids | {notices.CUDA}, entry.id
@@ -276,3 +279,22 @@ def test_a_cause_named_in_prose_or_half_quoted_is_recognised(text, expected):
 ])
 def test_near_misses_of_those_phrases_name_nothing(text):
     assert verdict_of(text)[0] is None
+
+
+def test_a_pasted_text_reads_only_the_notices_it_can_name_and_answers_alike():
+    """A pasted text (one chunk) reads only the platform notices whose marker keywords it holds
+    (gpudoctor.knowledge.kbcache); the answer is the one every notice gives."""
+    from pathlib import Path
+
+    from gpudoctor.explain.matcher import Matcher
+
+    texts = [t for t, _, _ in PLATFORM_TEXTS]
+    texts += [p.read_text(encoding="utf-8").partition("\n")[2]
+              for p in sorted((Path(__file__).parent / "fixtures" / "heldout").glob("*/r[456]-*.txt"))]
+    for text in texts:
+        lazy = analyse_text(text)
+        full = Matcher()
+        full.feed(text)
+        matches = full.results()
+        assert (lazy.platform.id if lazy.platform else None) == (full.platform.id if full.platform else None)
+        assert [m.id for m in lazy.matches] == [m.id for m in matches]

@@ -106,10 +106,10 @@ def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
         for m in explanation.matches)
     platform, unrecognised = explanation.platform, explanation.unrecognised
     if platform is not None:
-        platform = dataclasses.replace(platform, evidence=redactor.text(platform.evidence))
+        platform = platform.with_evidence(redactor.text(platform.evidence))
     if unrecognised is not None:
-        unrecognised = dataclasses.replace(unrecognised, evidence=redactor.text(unrecognised.evidence),
-                                           message=redactor.text(unrecognised.message))
+        unrecognised = type(unrecognised)(redactor.text(unrecognised.message), unrecognised.line,
+                                          redactor.text(unrecognised.evidence))
     return dataclasses.replace(explanation, matches=matches, platform=platform, unrecognised=unrecognised)
 
 

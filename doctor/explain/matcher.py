@@ -65,7 +65,7 @@ from gpudoctor.knowledge.kb import Entry, Pattern, load_all
 from gpudoctor.explain import calibration
 from gpudoctor.explain.notice import NoticeScan, PlatformFinding, PrimaryError
 from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
-from gpudoctor.knowledge.notices import CUDA
+from gpudoctor.knowledge.notices import Notice
 from gpudoctor.knowledge.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
@@ -217,7 +217,7 @@ class _LineIndex:
 class Matcher:
     """Feed text in chunks that end at line boundaries (`feed`), then `results()`."""
 
-    def __init__(self, entries: Iterable[Entry] | None = None) -> None:
+    def __init__(self, entries: Iterable[Entry] | None = None, platforms: Iterable[Notice] | None = None) -> None:
         self.entries = tuple(entries) if entries is not None else load_all()
         # keyword -> [(entry, pattern)], so each keyword is searched once per chunk.
         self._by_keyword: dict[tuple[str, bool], list[tuple[Entry, Pattern]]] = {}
@@ -227,7 +227,7 @@ class Matcher:
                 self._by_keyword.setdefault(key, []).append((entry, pattern))
         # The platform markers and primary-error keywords (gpudoctor.explain.notice) are found in
         # the same pass (rules 9 and 10).
-        self._scan = NoticeScan()
+        self._scan = NoticeScan(platforms)
         self._side = set(self._scan.keys())
         for key in self._side:
             self._by_keyword.setdefault(key, [])
@@ -721,12 +721,27 @@ def entries_for(text: str) -> tuple[Entry, ...]:
     found in the knowledge base's keyword index (gpudoctor.knowledge.kbcache) and read alone. A matcher
     over them ranks `text` exactly as one over every entry does."""
     from gpudoctor.knowledge.kb import load_entries
+
+    return load_entries(_ids_for(text)[0])
+
+
+def platforms_for(text: str) -> tuple[Notice, ...]:
+    """The platform notices whose marker keywords occur in `text` (as `entries_for` finds the
+    entries), read alone: the same platform as with every notice, at the cost of those files."""
+    from gpudoctor.knowledge.notices import load
+
+    return tuple(load(i) for i in sorted(_ids_for(text)[1]))
+
+
+def _ids_for(text: str) -> tuple[set[str], set[str]]:
+    """(entry ids, platform ids) with a keyword in `text`, from the cached index."""
     from gpudoctor.knowledge.kbcache import catalogue_index
 
+    index = catalogue_index()
     text = _prepared(text)[0]
     lowered: str | None = None
     ids: set[str] = set()
-    for keyword, folded, users in catalogue_index().keywords:
+    for keyword, folded, users in index.keywords:
         if folded:
             if lowered is None:
                 lowered = text.lower()
@@ -736,18 +751,30 @@ def entries_for(text: str) -> tuple[Entry, ...]:
                 ids.update(users)
         elif keyword in text:
             ids.update(users)
-    return load_entries(ids)
+    platforms: set[str] = set()
+    for keyword, folded, platform in index.markers:
+        if platform in platforms:
+            continue
+        if folded:
+            if lowered is None:
+                lowered = text.replace("\u0130", "I").lower()
+            if keyword in lowered:
+                platforms.add(platform)
+        elif keyword in text:
+            platforms.add(platform)
+    return ids, platforms
 
 
-@dataclass(frozen=True)
 class Analysis:
     """Everything the matcher concluded about a text: the ranked matches, the platform the text
-    comes from (rule 9) and the primary CUDA error no entry explains (rule 10)."""
+    comes from (rule 9) and the primary CUDA error no entry explains (rule 10). (A plain class:
+    creating a dataclass costs start-up time.)"""
 
-    matches: tuple[Match, ...]
-    platform: PlatformFinding | None = None
-    unrecognised: PrimaryError | None = None
-    unexplained: tuple[PrimaryError, ...] = ()
+    __slots__ = ("matches", "platform", "unrecognised", "unexplained")
+
+    def __init__(self, matches: tuple[Match, ...], platform: PlatformFinding | None = None,
+                 unrecognised: PrimaryError | None = None, unexplained: tuple[PrimaryError, ...] = ()) -> None:
+        self.matches, self.platform, self.unrecognised, self.unexplained = matches, platform, unrecognised, unexplained
 
     @property
     def verdict(self) -> Match | None:
@@ -789,7 +816,14 @@ def analyse_chunks(chunks: Iterable[str], *, raw: bool = False) -> Analysis:
     if first is None:
         return Analysis(())
     second = next(source, None)
-    matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
+    if second is None and len(first) <= _LAZY_CHARS:
+        from gpudoctor.knowledge.kb import load_entries
+        from gpudoctor.knowledge.notices import load
+
+        ids, platform_ids = _ids_for(first)
+        matcher = Matcher(load_entries(ids), tuple(load(i) for i in sorted(platform_ids)))
+    else:
+        matcher = Matcher()
     matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
     matcher.raw = raw
     matcher.feed(first)

@@ -18,8 +18,7 @@ keyword index, so a large log costs no extra scan. Standard library only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from gpudoctor.knowledge.notices import Notice, platforms
 
@@ -48,17 +47,22 @@ _POINTER = re.compile(r"Search for [`'\"]?$")
 _NOT_A_MESSAGE = re.compile(r"^(?:CUBLAS_STATUS_|CUDNN_STATUS_|cudaErrorMemoryAllocation$|cudaSuccess)")
 
 
-@dataclass(frozen=True)
 class PlatformFinding:
-    """The platform a text comes from: its notice, and the first line that says so."""
+    """The platform a text comes from: its notice, and the first line that says so. (Plain
+    classes here and below, not dataclasses: `explain` builds them on every run, and creating a
+    dataclass costs start-up time.)"""
 
-    notice: Notice
-    line: int
-    evidence: str
+    __slots__ = ("notice", "line", "evidence")
+
+    def __init__(self, notice: Notice, line: int, evidence: str) -> None:
+        self.notice, self.line, self.evidence = notice, line, evidence
 
     @property
     def id(self) -> str:
         return self.notice.id
+
+    def with_evidence(self, evidence: str) -> PlatformFinding:
+        return PlatformFinding(self.notice, self.line, evidence)
 
     def to_dict(self, *, cuda_entries_apply: bool) -> dict[str, Any]:
         return {
@@ -72,14 +76,20 @@ class PlatformFinding:
             "references": [{"title": r.title, "url": r.url} for r in self.notice.references],
         }
 
+    def __repr__(self) -> str:
+        return f"PlatformFinding({self.notice.id!r}, line {self.line})"
 
-@dataclass(frozen=True)
+
 class PrimaryError:
     """A line that names the CUDA call's failure: `message` as the runtime printed it."""
 
-    message: str
-    line: int
-    evidence: str
+    __slots__ = ("message", "line", "evidence")
+
+    def __init__(self, message: str, line: int, evidence: str) -> None:
+        self.message, self.line, self.evidence = message, line, evidence
+
+    def __repr__(self) -> str:
+        return f"PrimaryError({self.message!r}, line {self.line})"
 
 
 def clean_message(raw: str) -> str:
@@ -92,18 +102,18 @@ def clean_message(raw: str) -> str:
     return text[:_MAX_MESSAGE].strip()
 
 
-@dataclass
 class NoticeScan:
     """Collects platform markers and primary CUDA errors from the lines the matcher hands it.
     `keys()` are the (keyword, ignore_case) pairs to look for; `try_line` is called with each
-    line holding one of them."""
+    line holding one of them. `notices`: the platforms to look for (all of them by default; a
+    pasted text only those whose marker keywords it holds, gpudoctor.knowledge.kbcache)."""
 
-    _markers: dict[tuple[str, bool], list[tuple[Notice, Marker]]] = field(default_factory=dict)
-    _found: dict[str, tuple[int, str]] = field(default_factory=dict)  # platform id -> (line, evidence)
-    primary: list[PrimaryError] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for notice in platforms():
+    def __init__(self, notices: Iterable[Notice] | None = None) -> None:
+        self._notices = tuple(platforms() if notices is None else notices)
+        self._markers: dict[tuple[str, bool], list[tuple[Notice, Marker]]] = {}
+        self._found: dict[str, tuple[int, str]] = {}  # platform id -> (line, evidence)
+        self.primary: list[PrimaryError] = []
+        for notice in self._notices:
             for marker in notice.markers:
                 self._markers.setdefault((marker.keyword, marker.ignore_case), []).append((notice, marker))
 
@@ -130,7 +140,7 @@ class NoticeScan:
     def platform(self) -> PlatformFinding | None:
         """The platform with the highest priority among those found, then the earliest line."""
         best = None
-        for notice in platforms():
+        for notice in self._notices:
             if notice.id in self._found:
                 line, evidence = self._found[notice.id]
                 if best is None or notice.priority > best.notice.priority or (

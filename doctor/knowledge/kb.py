@@ -635,7 +635,9 @@ def entry_ids() -> list[str]:
 def fingerprint() -> list[list[object]]:
     """What the entries and their derived patterns depend on, cheaply: the name, size and
     modification time of every entry file and of this module (which derives the templates'
-    keywords). Anything cached from the knowledge base is valid only for the same fingerprint."""
+    keywords), then those of the platform notices (gpudoctor.knowledge.notices: their marker
+    keywords are cached too). Anything cached from the knowledge base is valid only for the same
+    fingerprint."""
     out: list[list[object]] = []
     for path in [*_entry_files(), os.path.abspath(__file__)]:
         try:
@@ -643,7 +645,9 @@ def fingerprint() -> list[list[object]]:
         except OSError as exc:
             raise KnowledgeBaseError(f"cannot read {path}: {exc.strerror}") from None
         out.append([os.path.basename(path), st.st_size, st.st_mtime_ns])
-    return out
+    from gpudoctor.knowledge import notices
+
+    return out + notices.fingerprint()
 
 
 @functools.lru_cache(maxsize=None)

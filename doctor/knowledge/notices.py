@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.knowledge.kb import ID_RE, KnowledgeBaseError, Reference, tomllib
@@ -33,31 +32,39 @@ UNRECOGNISED = "unrecognised-cuda-error"
 CUDA = "cuda"  # the platform every entry is written for; not a notice of its own
 
 
-@dataclass(frozen=True)
 class Marker:
-    keyword: str  # lower-case when ignore_case
-    source: str
-    ignore_case: bool
+    """A line that says a platform: `keyword` (lower-case when ignore_case) and the regex searched
+    on that line (compiled on first use)."""
 
-    @functools.cached_property
+    def __init__(self, keyword: str, source: str, ignore_case: bool) -> None:
+        self.keyword, self.source, self.ignore_case = keyword, source, ignore_case
+        self._regex: re.Pattern[str] | None = None
+
+    @property
     def regex(self) -> re.Pattern[str]:
-        return re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
+        if self._regex is None:
+            self._regex = re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
+        return self._regex
 
 
-@dataclass(frozen=True)
 class Notice:
-    id: str
-    name: str
-    summary: str
-    steps: tuple[str, ...]
-    references: tuple[Reference, ...]
-    priority: int = 0
-    markers: tuple[Marker, ...] = ()
-    unless: tuple[str, ...] = ()
+    """One notice file (the module docstring). Plain classes, not dataclasses: `explain` reads a
+    notice on every run that names its platform, and start-up time counts."""
 
-    @functools.cached_property
+    def __init__(self, id: str, name: str, summary: str, steps: tuple[str, ...], references: tuple[Reference, ...],
+                 priority: int = 0, markers: tuple[Marker, ...] = (), unless: tuple[str, ...] = ()) -> None:
+        self.id, self.name, self.summary, self.steps, self.references = id, name, summary, steps, references
+        self.priority, self.markers, self.unless = priority, markers, unless
+        self._unless: re.Pattern[str] | None = None
+
+    @property
     def unless_regex(self) -> re.Pattern[str] | None:
-        return re.compile("|".join(f"(?:{u})" for u in self.unless)) if self.unless else None
+        if self._unless is None and self.unless:
+            self._unless = re.compile("|".join(f"(?:{u})" for u in self.unless))
+        return self._unless
+
+    def __repr__(self) -> str:
+        return f"Notice({self.id!r})"
 
 
 def _parse(data: dict[str, Any], where: str) -> Notice:
@@ -85,10 +92,9 @@ def _parse(data: dict[str, Any], where: str) -> Notice:
             raise KnowledgeBaseError(f"{where}: markers[{i}]: keyword must be a literal of 3 characters or more")
         folded = bool(m.get("ignore_case", False))
         source = m.get("regex", re.escape(keyword))
-        try:
-            re.compile(source)
-        except re.error as exc:
-            raise KnowledgeBaseError(f"{where}: markers[{i}]: bad regex: {exc}") from None
+        if not isinstance(source, str):
+            raise KnowledgeBaseError(f"{where}: markers[{i}]: regex must be a string")
+        # Compiled on first use (`Marker.regex`); tests/test_explain_notices.py compiles them all.
         markers.append(Marker(keyword.lower() if folded else keyword, source, folded))
     unless = tuple(u["regex"] for u in data.get("unless", []) if isinstance(u, dict) and isinstance(u.get("regex"), str))
     return Notice(notice_id, text("name"), text("summary"), tuple(" ".join(s.split()) for s in steps),
@@ -123,3 +129,23 @@ def platform_ids() -> list[str]:
 def platforms() -> tuple[Notice, ...]:
     """Every platform notice, highest priority first."""
     return tuple(sorted((load(i) for i in platform_ids()), key=lambda n: (-n.priority, n.id)))
+
+
+def marker_keywords() -> list[tuple[str, bool, str]]:
+    """(keyword, ignore_case, platform id) of every marker: what gpudoctor.knowledge.kbcache keeps,
+    so that a pasted text reads only the notices whose keywords it holds."""
+    return [(m.keyword, m.ignore_case, n.id) for n in platforms() for m in n.markers]
+
+
+def fingerprint() -> list[list[object]]:
+    """Name, size and modification time of every notice file and of this module: anything cached
+    from the notices is valid only for the same fingerprint."""
+    out: list[list[object]] = []
+    names = sorted(n for n in os.listdir(FOLDER) if n.endswith(".toml")) if os.path.isdir(FOLDER) else []
+    for path in [*(os.path.join(FOLDER, n) for n in names), os.path.abspath(__file__)]:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise KnowledgeBaseError(f"cannot read {path}: {exc.strerror}") from None
+        out.append(["notices/" + os.path.basename(path), st.st_size, st.st_mtime_ns])
+    return out

@@ -298,3 +298,16 @@ def test_a_pasted_text_reads_only_the_notices_it_can_name_and_answers_alike():
         matches = full.results()
         assert (lazy.platform.id if lazy.platform else None) == (full.platform.id if full.platform else None)
         assert [m.id for m in lazy.matches] == [m.id for m in matches]
+
+
+def test_the_platform_table_in_the_docs_is_current(repo_root):
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("docs_tables", repo_root / "tools" / "docs_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    page = (repo_root / "docs" / "explain.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- platforms:start -->\n(.*)<!-- platforms:end -->", page, re.S)
+    assert block, "docs/explain.md lost its platforms markers"
+    assert block.group(1) == tables.platforms_table(), "stale table: run python tools/docs_tables.py"

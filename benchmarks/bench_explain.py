@@ -132,6 +132,9 @@ def main() -> None:
         results = compare(commands, rounds=args.rounds, env=env)
     print(table(results, f"editable: baseline: {BASELINE_CODE}"))
     print()
+    failed = [name for name, r in results.items() if r["exit_codes"] != [0]]
+    for name in failed:  # a command that failed measured an error path, not explain
+        print(f"FAILED: {name} exited {results[name]['exit_codes']}; its timing says nothing")
     for install in installs:
         base = results[f"{install}: baseline: {BASELINE_CODE}"]["median_s"]
         by_id = results[f"{install}: explain {BY_ID}"]["median_s"] / base

@@ -13,8 +13,8 @@ The rules, in order:
    characters either side of its keyword, so no line, however long, costs more than a bounded
    amount of work. A pasted error (one chunk up to `_LAZY_CHARS`) is matched against only the
    entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.knowledge.kbcache),
-   which ranks it exactly as all entries would: an entry without a keyword in the text has no
-   line to match.
+   and the platform notices with a marker keyword in it, which ranks it exactly as all entries
+   would: an entry without a keyword in the text has no line to match.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
    gpudoctor.knowledge.predicates) holds for the values it captured; the predicate's sentence becomes the
    deciding evidence. When no pattern of a keyword matches a line that holds it, a message
@@ -49,8 +49,21 @@ The rules, in order:
    consequences. A `consequence` entry (an NCCL watchdog timeout) that follows another confident
    specific match is demoted the same way; among consequence entries alone, the first one is the
    root of the later ones.
-8. Ranking: context last, then confidence, then the entry's `specificity`, then the first line.
-   Matches under `_MIN_CONFIDENCE` are dropped.
+8. Ranking: context last, then the raw score, then the entry's `specificity`, then the first
+   line. Matches under `_MIN_CONFIDENCE` are dropped.
+9. Another platform. When the text says it comes from PyTorch on another platform (ROCm/HIP,
+   ZLUDA, MPS, XPU, NPU...: gpudoctor.explain.notice reads the markers of
+   gpudoctor.knowledge.notices), an entry that does not apply there (its `platforms`) is only
+   context, whatever its score; the platform is the verdict when no entry that applies is left.
+10. The primary error decides. A primary CUDA error line (`CUDA error: <message>`, `cuda runtime
+   error (N) : ...`, `CUDA_ERROR_*`) that no anchor explains (a `trailer` template explains
+   nothing, nor does a `wrapper` entry) outranks a generic or wrapper verdict: that verdict
+   becomes context and the matcher reports the error as unrecognised. Rule 10 applies only where
+   rule 9 found no platform.
+11. Stated confidence. Every match keeps its raw score (rule 5) as `score`, which the rules above
+   compare; a match that is not context states the calibrated confidence of
+   gpudoctor.explain.calibration (fitted on labelled texts by tools/calibrate.py), context its
+   capped score.
 
 Standard library only; no torch, no rich.
 """

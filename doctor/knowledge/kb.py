@@ -331,12 +331,22 @@ class Example:
     source: str
 
 
-@dataclass(frozen=True)
 class Variant:
-    needs: tuple[str, ...]
-    quick_fix: str | None = None
-    fix: tuple[str, ...] | None = None
-    patch: str | None = None
+    """One `[[variants]]` table (a plain class: `explain ID` creates the module's classes on every
+    run, and a dataclass costs start-up time)."""
+
+    __slots__ = ("needs", "quick_fix", "fix", "patch")
+
+    def __init__(self, needs: tuple[str, ...], quick_fix: str | None = None, fix: tuple[str, ...] | None = None,
+                 patch: str | None = None) -> None:
+        self.needs, self.quick_fix, self.fix, self.patch = needs, quick_fix, fix, patch
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Variant) and (self.needs, self.quick_fix, self.fix, self.patch) == (
+            other.needs, other.quick_fix, other.fix, other.patch)
+
+    def __hash__(self) -> int:
+        return hash((self.needs, self.quick_fix, self.fix, self.patch))
 
     def holds(self, values: dict[str, str]) -> bool:
         for need in self.needs:

@@ -7,7 +7,7 @@ CUDA errors in it (gpudoctor.explain.matcher decides, in its rules 9 and 10, wha
   environment dump that names every platform). When several platforms show, the one with the
   highest priority wins (ZLUDA, which runs on HIP, over ROCm), then the earliest line.
 - A primary CUDA error is the line that names what failed: `CUDA error: <message>` (torch's
-  C10_CUDA_CHECK), `cuda runtime error (N) : <message>` (THC), `CUDA driver error: <message>`,
+  C10_CUDA_CHECK), `CUDA driver error: <message>`,
   `Triton Error [CUDA]: <message>`, or a bare `CUDA_ERROR_*` / `cudaError*` name. Its message is
   cut where a trailer printed on the same line begins ("CUDA kernel errors might be...", "Search
   for `cudaError...`", "For debugging consider...").
@@ -31,7 +31,6 @@ _MAX_MESSAGE = 160
 # keyword -> the regex that reads the failing call's message on a line holding it
 _PRIMARY: dict[str, re.Pattern[str]] = {
     "CUDA error: ": re.compile(r"CUDA error: (?P<msg>[^\n]{1,400})"),
-    "cuda runtime error (": re.compile(r"cuda runtime error \((?P<code>\d{1,4})\) ?: ?(?P<msg>[^\n]{1,400}?)(?: at [^\s]+:\d+|$)"),
     "CUDA driver error: ": re.compile(r"CUDA driver error: (?P<msg>[^\n]{1,400})"),
     "Triton Error [CUDA]: ": re.compile(r"Triton Error \[CUDA\]: (?P<msg>[^\n]{1,400})"),
     "CUDA_ERROR_": re.compile(r"\b(?P<msg>CUDA_ERROR_[A-Z_]{3,60})\b"),

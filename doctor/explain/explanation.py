@@ -36,8 +36,6 @@ line whole; prose wraps at word boundaries with hanging indents.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.knowledge.kb import Entry
@@ -54,15 +52,22 @@ _EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut i
 _VERDICT_EVIDENCE = 3
 
 
-@dataclass(frozen=True)
 class Explanation:
     """What explain found: ranked matches for text, or the one entry asked for by id; the platform
-    the text comes from and a primary CUDA error no entry explains (module docstring)."""
+    the text comes from and a primary CUDA error no entry explains (module docstring). A plain
+    class rather than a dataclass: `explain ID` creates it on every run, and start-up counts."""
 
-    matches: tuple[Match, ...]
-    entry: Entry | None  # the verdict's entry, or the entry named by id
-    platform: PlatformFinding | None = None
-    unrecognised: PrimaryError | None = None
+    __slots__ = ("matches", "entry", "platform", "unrecognised")
+
+    def __init__(self, matches: tuple[Match, ...], entry: Entry | None, platform: PlatformFinding | None = None,
+                 unrecognised: PrimaryError | None = None) -> None:
+        self.matches = matches
+        self.entry = entry  # the verdict's entry, or the entry named by id
+        self.platform = platform
+        self.unrecognised = unrecognised
+
+    def __repr__(self) -> str:
+        return f"Explanation(matches={self.matches!r}, entry={self.entry and self.entry.id!r})"
 
     @property
     def best(self) -> Match | None:
@@ -110,7 +115,7 @@ def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
     if unrecognised is not None:
         unrecognised = type(unrecognised)(redactor.text(unrecognised.message), unrecognised.line,
                                           redactor.text(unrecognised.evidence))
-    return dataclasses.replace(explanation, matches=matches, platform=platform, unrecognised=unrecognised)
+    return Explanation(matches, explanation.entry, platform, unrecognised)
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -209,10 +214,14 @@ def to_dict(explanation: Explanation) -> dict[str, Any]:
 
 
 def to_json(explanation: Explanation) -> str:
+    import json
+
     return json.dumps(to_dict(explanation), indent=2, ensure_ascii=False)
 
 
 def list_json(entries: tuple[Entry, ...]) -> str:
+    import json
+
     return json.dumps(
         {"schema_version": EXPLAIN_SCHEMA_VERSION,
          "entries": [{"id": e.id, "title": e.title, "aliases": list(e.aliases)} for e in entries]},

@@ -81,7 +81,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 try:
     import tomllib
@@ -129,8 +129,11 @@ _KEY_SPLIT = re.compile(r"[`'\"\u2018\u2019/\\]|,\s+|\.\s+|\s{2,}")
 _LEADING_KEYWORD = 12  # a message's opening words survive wrapping and truncation best
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(NamedTuple):
+    """One `[[templates]]` table. (Named tuples here and for the references, misconceptions and
+    examples below: every `explain` run creates these classes, and a frozen dataclass costs
+    several times more start-up.)"""
+
     text: str
     project: str
     file: str
@@ -312,21 +315,18 @@ class Pattern:
         return re.compile(source, re.IGNORECASE if self.ignore_case else 0), max(20, int(0.6 * literal))
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     title: str
     url: str
 
 
-@dataclass(frozen=True)
-class Misconception:
+class Misconception(NamedTuple):
     claim: str
     truth: str
     evidence: str
 
 
-@dataclass(frozen=True)
-class Example:
+class Example(NamedTuple):
     text: str
     source: str
 

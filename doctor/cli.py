@@ -297,13 +297,15 @@ def explain(
         tail = f"; did you mean {', '.join(hints)}?" if hints else "; `gpudoctor list` shows them all"
         _fail(f"no knowledge-base entry or known error matches {query!r}{tail}")
     if result.entry is None:
-        # A few words that match nothing were probably meant as an id: `explain "cuda oom"`.
-        words = (query or "").split() if file is None and query != "-" else []
-        hints = kb.suggest("-".join(words)) if 1 < len(words) <= 4 else []
-        if hints:
-            _say(f"no known failure matched this text; did you mean {', '.join(hints)}? (`gpudoctor explain ID`)")
-        else:
-            _say("no known failure matched this text; run `gpudoctor scan` to probe this machine")
+        # No entry is the verdict: exit 1. A platform or an unrecognised CUDA error was printed;
+        # otherwise one line says nothing was recognised (and nothing more: a KeyError is no GPU
+        # failure, and `scan` would not find one).
+        if result.kind is None:
+            # A few words that match nothing were probably meant as an id: `explain "cuda oom"`.
+            words = (query or "").split() if file is None and query != "-" else []
+            hints = kb.suggest("-".join(words)) if 1 < len(words) <= 4 else []
+            tail = f"; did you mean {', '.join(hints)}? (`gpudoctor explain ID`)" if hints else ""
+            _say(f"no GPU failure recognised in this text{tail}")
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -319,7 +321,7 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
     """The ranked matches for pasted text, standard input (-) or a log file."""
     from gpudoctor.explain import explanation as ex
     from gpudoctor.explain import textinput
-    from gpudoctor.explain.matcher import match_chunks
+    from gpudoctor.explain.matcher import analyse_chunks
 
     try:
         if file is not None:
@@ -331,10 +333,10 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
             chunks = textinput.iter_stream(stream, name="standard input")
         else:
             chunks = textinput.iter_text(query or "")
-        matches = tuple(match_chunks(chunks))
+        analysis = analyse_chunks(chunks)
     except textinput.InputError as exc:
         _fail(str(exc))
-    return ex.Explanation(matches=matches, entry=matches[0].entry if matches else None)
+    return ex.from_analysis(analysis)
 
 
 def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
@@ -348,6 +350,9 @@ def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> N
         rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in result.matches]
         if not rows and result.entry is not None:  # by id
             rows = [(result.entry.id, "", result.entry.title)]
+        if result.kind in ("platform", "unrecognised"):  # the verdict is no entry: it comes first
+            rows.insert(0, (result.platform.id if result.kind == "platform" else "unrecognised", "",
+                            ex.verdict_title(result)))
         for kb_id, confidence, title in rows:
             console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
         return

@@ -14,7 +14,7 @@ import pathlib
 import sys
 
 CONFIDENT = 0.5
-ROUNDS = ("r1", "r2", "r3", "r4", "r5", "r6")
+ROUNDS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7")
 LATER_ROUNDS = tuple(f"{r}-" for r in ROUNDS[1:])  # name prefixes; round 1 has none
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

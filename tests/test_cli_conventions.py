@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from gpudoctor import cli, output
 from gpudoctor.cli import app
+from gpudoctor.reports.model import SCHEMA_VERSION
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
 OK = ["--probe-file", str(FAKES / "ok.py"), "--probe", "fake-ok"]
@@ -176,7 +177,7 @@ def test_output_suffix_picks_the_format_and_aliases_still_work(tmp_path):
     result = run("scan", *OK, "--json", str(old_json), "--markdown", str(old_md))
     assert result.exit_code == 0
     assert result.stdout.startswith("gpudoctor: healthy") and old_md.read_text().startswith("**Environment:**")
-    assert json.loads(old_json.read_text())["schema_version"] == "1.3"
+    assert json.loads(old_json.read_text())["schema_version"] == SCHEMA_VERSION
     # --json - takes stdout: nothing else is printed there.
     result = run("scan", *OK, "--json", "-")
     assert json.loads(result.stdout)["results"][0]["probe"] == "fake-ok"

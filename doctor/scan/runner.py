@@ -526,9 +526,9 @@ class _Scan:
     def _place(self, task: _Task) -> None:
         """Decide where the task runs, or that it does not run at all (preset skip)."""
         if task.needs_torch and self.torch_failure is not None:
+            # The error itself is torch-import's (one cause, one finding): not repeated per probe.
             task.preset = {"status": Status.SKIPPED, "summary": (
-                f"torch could not be imported in {self.python} (see {TORCH_IMPORT_PROBE}): "
-                + self.torch_failure["summary"].splitlines()[0])}
+                f"torch could not be imported in {self.python} (see {TORCH_IMPORT_PROBE})")}
         elif self.cuda_missing is not None and task.needs_torch and _is_cuda(task.device):
             if CUDA_UNAVAILABLE_KB in task.entry["emits"]:
                 task.note = self.cuda_missing  # it runs on the CPU to say why CUDA is unusable

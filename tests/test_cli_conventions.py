@@ -55,8 +55,85 @@ def gpudoctor(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_version():
     from gpudoctor import __version__
 
-    result = run("--version")
-    assert result.exit_code == 0 and result.stdout == f"gpudoctor {__version__}\n"
+    for flag in ("--version", "-V"):  # -V as ruff, uv and pip spell it
+        result = run(flag)
+        assert result.exit_code == 0 and result.stdout == f"gpudoctor {__version__}\n", flag
+
+
+# --- colour: --color auto|always|never on every command, NO_COLOR -----------------------------------
+
+_ESCAPE = re.compile(r"\x1b\[")
+
+
+def _on_a_pty(*args: str, no_color: str | None = None) -> str:
+    """`gpudoctor ARGS` with standard output on an 80-column pseudo-terminal: what it wrote, raw."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")}
+    env["TERM"] = "xterm-256color"
+    if no_color is not None:
+        env["NO_COLOR"] = no_color
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", *args], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.PIPE, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            pytest.fail("gpudoctor wrote nothing for 120 s")
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    proc.stderr.read()
+    proc.wait(60)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_no_color_and_color_never_leave_no_escape_sequence_on_a_terminal():
+    """NO_COLOR (no-color.org) turns colour off; rich alone would still write bold and dim. Under
+    NO_COLOR, and with --color never, the page has no escape sequence at all."""
+    args = ("explain", "misaligned-address")
+    assert _ESCAPE.search(_on_a_pty(*args)), "a terminal gets colour by default"
+    for text in (_on_a_pty(*args, no_color="1"), _on_a_pty(*args, "--color", "never"),
+                 _on_a_pty("--color", "never", *args)):
+        assert "misaligned-address" in text and not _ESCAPE.search(text), text[:200]
+    # always wins over NO_COLOR, and colours a pipe too (less -R).
+    assert _ESCAPE.search(_on_a_pty(*args, "--color", "always", no_color="1"))
+    piped = run(*args, "--color", "always")
+    assert piped.exit_code == 0 and _ESCAPE.search(piped.stdout)
+    assert not _ESCAPE.search(run(*args).stdout)  # auto: a pipe gets none
+
+
+def test_every_command_takes_color(tmp_path):
+    report = pathlib.Path(__file__).parent / "fixtures" / "reports" / "sample.json"
+    code = tmp_path / "ok.py"
+    code.write_text("x = 1\n")
+    invocations = {
+        "scan": ["scan", "--list-probes"], "explain": ["explain", "misaligned-address"],
+        "run": ["run", "--no-scan", "--", sys.executable, "-c", "pass"], "report": ["report", str(report)],
+        "diff": ["diff", str(report), str(report)], "lint": ["lint", str(code)],
+        "merge": ["merge", str(report)], "list": ["list"],
+    }
+    listed = {c.name for c in cli.typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
+    assert set(invocations) == listed, "a new command: add it here"
+    for name, args in invocations.items():
+        for mode in ("never", "always", "auto"):
+            result = run(args[0], "--color", mode, *args[1:])
+            assert result.exit_code in (0, 1), (name, mode, result.output)
+        bad = run(args[0], "--color", "sometimes", *args[1:])
+        assert bad.exit_code == 2 and "--color sometimes: expected one of auto, always, never" in bad.stderr, name
 
 
 def test_no_arguments_prints_help_and_exits_2():

@@ -119,3 +119,20 @@ def test_set_up_never_replaces_an_installed_torch(repo_root, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     assert names == ["gpudoctor"]
+
+
+def test_lint_on_its_own_checkout_prints_nothing(repo_root):
+    """`gpudoctor lint .` on this checkout: the project's [tool.gpudoctor.lint] excludes its test
+    fixtures (failure patterns on purpose) and names the probes and tests that write a pattern as
+    their workload or data; anything else is a finding to fix. The fixtures still have findings
+    without the configuration (--isolated): the exclusion hides them, it does not lose them."""
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "lint", "--format", "json", "."], cwd=repo_root,
+                          capture_output=True, text=True, timeout=600)
+    import json
+
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["findings"] == [] and data["errors"] == [], proc.stdout[:2000]
+    assert data["files_checked"] > 100
+    fixtures = subprocess.run([sys.executable, "-m", "gpudoctor", "lint", "--isolated", "-q", "tests/fixtures/lint_corpus"],
+                              cwd=repo_root, capture_output=True, text=True, timeout=600)
+    assert fixtures.returncode == 1 and fixtures.stdout.count(" GPU0") > 50

@@ -82,6 +82,7 @@ def test_quick_equals_deep_where_sdpa_does_not_pick_cudnn():
     assert levels_sim.cells(quick) == levels_sim.cells(deep) == PINNED["cpu"]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out by -m "not slow"
 def test_quick_cuts_only_float16_cudnn_cells_and_keeps_the_recommendation(monkeypatch):
     with levels_sim.h100_like(monkeypatch) as (sim, _state):
         quick = sdpa.run(ctx(sim, "cuda:0", "quick"))

@@ -17,7 +17,8 @@ Conventions, the same for every command (docs/conventions.md):
 - `-q/--quiet` prints only the verdict (no progress); `-v/--verbose` adds the details;
   `--no-redact` keeps what is redacted by default.
 - `-V/--version`; `--color auto|always|never` on every command (gpudoctor.output.console_options:
-  NO_COLOR under auto, and never, write no escape sequence at all); shell completion through typer (`--install-completion`, `--show-completion`).
+  NO_COLOR under auto, and never, write no escape sequence at all); shell completion through
+  typer (`--install-completion`, `--show-completion`).
 - Exit codes: 0 ok/healthy, 1 findings (a probe failed, crashed or timed out; a text matched
   nothing known), 2 usage or input error or gpudoctor itself could not run. A usage error or an
   unusable output is one line on stderr, never a traceback: click's errors and
@@ -47,6 +48,7 @@ from gpudoctor.output import (
     Format,
     Output,
     OutputError,
+    color_param,
     command_help,
     emit,
     emit_line,
@@ -56,7 +58,6 @@ from gpudoctor.output import (
     no_redact_option,
     output_option,
     plan_outputs,
-    color_param,
     progress_line,
     quiet_option,
     say as _say,

@@ -122,23 +122,6 @@ def wrap(text: str, width: int) -> list[str]:
     return [line.replace("\xa0", " ") for line in lines]
 
 
-def fit(text: str, width: int) -> str:
-    """`text` shortened to `width` terminal cells at a word boundary, with "…" where it was cut."""
-    from rich.cells import cell_len
-
-    if cell_len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"
-    cut = text[:width]
-    while cut and cell_len(cut) > width - 1:
-        cut = cut[:-1]
-    space = cut.rfind(" ")
-    if space >= width // 2:  # a word boundary not too far back; else cut the long token itself
-        cut = cut[:space]
-    return cut.rstrip(" ,;:") + "…"
-
-
 def _lines(text: Any, max_lines: int, limit: int) -> list[str]:
     """The last `max_lines` visible lines of untrusted multi-line text, each at most `limit`."""
     raw = str(text or "")

@@ -67,38 +67,9 @@ _ESCAPE = re.compile(r"\x1b\[")
 
 def _on_a_pty(*args: str, no_color: str | None = None) -> str:
     """`gpudoctor ARGS` with standard output on an 80-column pseudo-terminal: what it wrote, raw."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
+    from pty_helpers import on_a_pty
 
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")}
-    env["TERM"] = "xterm-256color"
-    if no_color is not None:
-        env["NO_COLOR"] = no_color
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", *args], stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.PIPE, env=env, close_fds=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 120)
-        if not ready:
-            proc.kill()
-            pytest.fail("gpudoctor wrote nothing for 120 s")
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    proc.stderr.read()
-    proc.wait(60)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return on_a_pty(list(args), 80, {"NO_COLOR": no_color} if no_color is not None else None)[0]
 
 
 def test_no_color_and_color_never_leave_no_escape_sequence_on_a_terminal():

@@ -147,6 +147,7 @@ SDPA_FAULTS = {
 }
 
 
+@pytest.mark.slow  # minutes in all on 2 cores: left out by -m "not slow"
 @pytest.mark.parametrize("fault", sorted(SDPA_FAULTS))
 def test_sdpa_faults_get_the_same_verdict_at_both_levels(fault, monkeypatch):
     outcomes = {}

@@ -479,7 +479,7 @@ def _without_torch(report: dict, reason: str = "ModuleNotFoundError: No module n
                               {"kb_id": "torch-import-failed", "summary": reason, "evidence": [reason],
                                "severity": "error"}],
                           "exit_code": None, "signal": None, "stderr_tail": None}] + skipped
-    return report
+    return fs.recount(report)
 
 
 def test_a_node_without_torch_is_one_finding_that_says_so(tmp_path):

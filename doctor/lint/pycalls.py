@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from gpudoctor.lint.pysource import int_const, kwarg
-from gpudoctor.lint.pyvalues import (TV, IterV, Named, ShapeV, Sym, TupleV, _CREATE, _ELEMENTWISE, _FLASH, _as_tv,
-                                     _identity, _norm)
+from gpudoctor.lint.pyvalues import (TV, DictV, IterV, Named, ShapeV, Sym, TupleV, _CREATE, _ELEMENTWISE, _FLASH,
+                                     _REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
 
 
 class CallOps:
@@ -33,6 +33,20 @@ class CallOps:
             return IterV(TupleV((None, elem)))
         if name == "len":
             return Sym.named("<%s>" % ast.dump(node))
+        if name == "dict" and qual == "dict":  # the builtin: dict(grid_sizes=..., **base)
+            base = args[0] if len(args) == 1 and isinstance(args[0], DictV) else DictV()
+            for k, v in kws.items():
+                if export(v) is not None:
+                    base = base.set(k, v)
+            return base
+        if name == "zip" and qual == "zip" and args:
+            return IterV(TupleV(tuple(self._elem(a) for a in args)))
+        if name in ("max", "min", "sum") and qual == name and len(args) == 1 and isinstance(args[0], TV) and \
+                args[0].sizes and args[0].rank == 1:
+            return TV(rank=0, scalar_of=node, seed=args[0].seed)  # max(seq_lens): the largest 0-d tensor
+        if q.startswith("torch.") and name in _REDUCTIONS | {"cumsum"} and args and isinstance(args[0], TV) and \
+                args[0].sizes:
+            return self.reduce(name, args[0], node, node.args[1:])
         if q.endswith("scaled_dot_product_attention"):
             qv = args[0] if args else kws.get("query")
             vv = args[2] if len(args) > 2 else kws.get("value")
@@ -134,8 +148,30 @@ class CallOps:
             if name in ("numel",):
                 return None
             return None
+        recv_name = node.func.value.id if isinstance(node.func.value, ast.Name) else None  # type: ignore[attr-defined]
+        if isinstance(raw, TupleV):
+            if recv_name and name in ("append", "insert", "extend") and args:
+                item = self._elem(args[-1]) if name == "extend" else args[-1]
+                if export(item) is not None:  # sizes.append(torch.tensor(u.shape[1:])): a list of size tensors
+                    env[recv_name] = join_values([raw, TupleV((item,), homogeneous=True)])
+            return None
+        if isinstance(raw, DictV):
+            if name == "update" and recv_name:
+                new = raw
+                for k, v in ((args[0].items if args and isinstance(args[0], DictV) else ()) + tuple(kws.items())):
+                    if export(v) is not None:
+                        new = new.set(k, v)
+                env[recv_name] = new
+                return None
+            if name == "copy":
+                return raw
+            if name in ("get", "pop") and node.args and isinstance(node.args[0], ast.Constant):
+                return raw.get(node.args[0].value)
+            return None
         if isinstance(tv, TupleV):
             return None
+        if tv.sizes and (name in _REDUCTIONS or name == "cumsum"):
+            return self.reduce(name, tv, node, node.args)
         if name in ("transpose", "swapaxes", "swapdims") and len(node.args) == 2:
             i, j = int_const(node.args[0]), int_const(node.args[1])
             return self.transpose(tv, i, j, node) if i is not None and j is not None else TV()

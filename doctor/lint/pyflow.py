@@ -32,8 +32,9 @@ from gpudoctor.lint.pycalls import CallOps
 from gpudoctor.lint.pylayout import LayoutOps
 from gpudoctor.lint.pysizes import SizeOps
 from gpudoctor.lint.pysource import PySource, call_name, dotted, int_const
-from gpudoctor.lint.pyvalues import (IterV, Named, PROBS_HELPERS, ShapeV, SizeCall, Sym, TV, TupleV, _LIBRARIES, _MISSING,
-                                     _NOT_HELPERS, _SHAPE_KEEPING, _as_tv, _blank, _join_tv, _norm)
+from gpudoctor.lint.pyvalues import (Carried, DictV, IterV, Named, PROBS_HELPERS, ShapeV, SizeCall, Sym, TV, TupleV,
+                                     _LIBRARIES, _MISSING, _NOT_HELPERS, _SHAPE_KEEPING, _as_tv, _blank, _norm, export,
+                                     join_values, materialise)
 
 
 # --- the interpreter ---------------------------------------------------------------------------
@@ -58,26 +59,107 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         self._current = ""
         self._scalar_reported: set[int] = set()
         self._attn_reported: set[int] = set()
+        # Values that cross functions inside the file (sizes only: see pyvalues.export):
+        # attributes of self, by (class, attribute), as every method reads them, and what each
+        # method stores there; and what this file's functions return ("f", "Class.m").
+        self.fields: dict[tuple[str, str], Any] = {}
+        self.field_stores: dict[tuple[str, str], Any] = {}
+        self.returns: dict[str, Carried] = {}
+        self._returns_seen: dict[str, Carried] = {}
+        # functions of other modules known to return sizes (qualified name -> carried value),
+        # from the project pass
+        self.return_seeds: dict[str, Carried] = {}
+        self._cls: ast.ClassDef | None = None
+        self._class_of: dict[int, ast.ClassDef] = {}
+        self._classes: dict[str, ast.ClassDef] = {}
+        for cls in src.classes:
+            self._classes.setdefault(cls.name, cls)
+            for m in cls.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self._class_of[id(m)] = cls
+        self._toplevel = {f.name for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     # entry points
 
+    # How many times the functions that read a changed attribute or call a function whose return
+    # value changed are interpreted again: the values are a small lattice (a tensor of sizes of
+    # rank 0-2, lists and dicts of those), so this converges in two or three rounds.
+    ROUNDS = 3
+
     def run(self, want=None) -> None:
-        """Interpret the module body and every function (those `want(fn)` accepts)."""
+        """Interpret the module body and every function (those `want(fn)` accepts); then again the
+        functions that read an attribute of self a method stored sizes in, or call a function of
+        the file that returns sizes, until nothing changes."""
         tree = self.src.tree
         self.block(tree.body, {})
-        for node in self.src.functions:
-            if want is None or want(node):
-                self._current = node.name
-                self._fn = node
-                env: dict[str, Any] = {}
-                a = node.args
-                seeds = self.fn_seeds.get(id(node), {})
-                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-                    seed = seeds.get(arg.arg) or self.param_seeds.get(arg.arg)
-                    if seed is not None:
-                        env[arg.arg] = seed
-                self.block(node.body, env)
-                self._fn = None
+        todo = [fn for fn in self.src.functions if want is None or want(fn)]
+        for _ in range(self.ROUNDS + 1):
+            for node in todo:
+                self.interpret(node)
+            fields = {k: v for k, v in self.field_stores.items() if self.fields.get(k) != v}
+            returns = {k: v for k, v in self.returns.items() if self._returns_seen.get(k) != v}
+            if not fields and not returns:
+                break
+            self.fields.update(fields)
+            self._returns_seen.update(returns)
+            words = {f"self.{attr}" for _, attr in fields} | {k.rsplit(".", 1)[-1] + "(" for k in returns}
+            todo = [fn for fn in self.src.functions if any(w in self.src.scope_text(fn) for w in words)]
+
+    def interpret(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._current = node.name
+        self._fn = node
+        self._cls = self._class_of.get(id(node))
+        env: dict[str, Any] = {}
+        a = node.args
+        seeds = self.fn_seeds.get(id(node), {})
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            seed = seeds.get(arg.arg) or self.param_seeds.get(arg.arg)
+            if seed is not None:
+                env[arg.arg] = seed
+        self.block(node.body, env)
+        self._fn = None
+        self._cls = None
+
+    def _fn_key(self, fn: ast.AST) -> str:
+        cls = self._class_of.get(id(fn))
+        return f"{cls.name}.{fn.name}" if cls is not None else fn.name  # type: ignore[attr-defined]
+
+    def _field(self, attr: str) -> Any:
+        """What `self.attr` holds in the current method: stored by a method of its class or of a
+        base class of this file."""
+        cls, seen = self._cls, 0
+        while cls is not None and seen < 8:
+            v = self.fields.get((cls.name, attr))
+            if v is not None:
+                return v
+            base = next((b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in self._classes), None)
+            cls = self._classes.get(base) if base else None
+            seen += 1
+        return None
+
+    def _store_field(self, attr: str, v: Any) -> None:
+        if self._cls is None or export(v) is None:
+            return
+        key = (self._cls.name, attr)
+        old = self.field_stores.get(key)
+        self.field_stores[key] = v if old is None else join_values([old, v])
+
+    def _returned(self, func: ast.expr, node: ast.Call) -> Any:
+        """The value a call of a function of this file (or of the project, from the project
+        pass) returns, when it returns sizes."""
+        key = None
+        if isinstance(func, ast.Name) and func.id in self._toplevel:
+            key = func.id
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
+                self._cls is not None:
+            key = f"{self._cls.name}.{func.attr}"
+        elif self.return_seeds:
+            q = self.src.qualify(func.id) if isinstance(func, ast.Name) else \
+                self.src.qualname(func) if self._is_module(func) else None
+            c = self.return_seeds.get(q) if q else None
+            return materialise(c, f"return:{q}", node) if c is not None else None
+        c = self._returns_seen.get(key) if key else None
+        return materialise(c, None, node) if c is not None else None
 
     # statements
 
@@ -103,6 +185,12 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                 v = self.ev(s.value, env)
                 if isinstance(s, ast.Return) and isinstance(v, TV) and v.attn and not v.cond and self._current:
                     (self.returns_probs if v.attn == "probs" else self.returns_scores).add(self._current)
+                if isinstance(s, ast.Return) and self._fn is not None:
+                    c = export(v)
+                    if c is not None:
+                        key = self._fn_key(self._fn)
+                        old = self.returns.get(key)
+                        self.returns[key] = c if old is None or old == c else self.returns[key]
         elif isinstance(s, ast.If):
             self.ev(s.test, env)
             a, b = dict(env), dict(env)
@@ -170,7 +258,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             if all(o == v for o in others):
                 joined[k] = v
             else:
-                merged = _join_tv([v, *others])
+                merged = join_values([v, *others])
                 if merged is not None:
                     joined[k] = merged
         env.clear()
@@ -197,7 +285,17 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                     self.bind(e, item, None, env)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, None, None, env)
-        # attribute / subscript targets: the value was evaluated, nothing is bound
+        elif isinstance(target, ast.Attribute):
+            if isinstance(target.value, ast.Name) and target.value.id == "self":
+                self._store_field(target.attr, v)  # read by the class's other methods (run's rounds)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            # d["grid_sizes"] = sizes: the dict holds it; sizes_list[i] = row: the list does
+            held = env.get(target.value.id)
+            key = target.slice
+            if isinstance(held, DictV) and isinstance(key, ast.Constant) and isinstance(key.value, str):
+                env[target.value.id] = held.set(key.value, v)
+            elif isinstance(held, TupleV) and export(v) is not None:
+                env[target.value.id] = join_values([held, TupleV((v,), homogeneous=True)])
 
     def _unpack(self, v: Any, n: int, value_node: ast.AST | None, env: dict[str, Any]) -> list[Any]:
         if isinstance(v, TupleV):
@@ -304,11 +402,16 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             b = self.ev(node.orelse, env)  # type: ignore[attr-defined]
             return a if a == b else None
         if t is ast.Dict:
+            items = []
             for k, v in zip(node.keys, node.values):  # type: ignore[attr-defined]
                 val = self.ev(v, env)
                 if isinstance(k, ast.Constant) and isinstance(k.value, str):
                     self._note_keyword(k.value, v, val)
-            return None
+                    if export(val) is not None:
+                        items.append((k.value, val))
+                elif k is None and isinstance(val, DictV):  # {**base, ...}
+                    items += list(val.items)
+            return DictV(tuple(items))
         if t is ast.NamedExpr:
             v = self.ev(node.value, env)  # type: ignore[attr-defined]
             self.bind(node.target, v, node.value, env)  # type: ignore[attr-defined]
@@ -330,6 +433,10 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
     def attribute(self, node: ast.Attribute, env: dict[str, Any]) -> Any:
         if self._is_module(node.value):
             return Named(self.src.qualname(node) or node.attr)
+        if self.fields and isinstance(node.value, ast.Name) and node.value.id == "self" and "self" not in env:
+            stored = self._field(node.attr)
+            if stored is not None:
+                return stored
         recv = self.ev(node.value, env)
         attr = node.attr
         if attr == "shape":
@@ -364,18 +471,24 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
     def subscript(self, node: ast.Subscript, env: dict[str, Any]) -> Any:
         recv = self.ev(node.value, env)
         sl = node.slice
-        if isinstance(sl, ast.Slice):
-            for part in (sl.lower, sl.upper, sl.step):
-                self.ev(part, env)
-        elif not isinstance(sl, ast.Tuple):
-            self.ev(sl, env)
-        else:
-            for e in sl.elts:
-                if not isinstance(e, ast.Slice):
-                    self.ev(e, env)
+        parts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        picker = None
+        for e in parts:
+            if isinstance(e, ast.Slice):
+                for bound in (e.lower, e.upper, e.step):
+                    b = self.ev(bound, env)
+                    if isinstance(b, TV) and b.rank == 0 and b.scalar_of is not None:
+                        self._scalar_use(node, b)  # x[:, :n] with n a 0-d tensor: __index__, a sync
+            else:
+                picker = self.ev(e, env)
         if _blank(recv):
             return None
         index = int_const(sl)
+        # sizes[i], rows[k]: any index that is not a slice picks one element
+        picked = not isinstance(sl, (ast.Slice, ast.Tuple)) and \
+            (index is not None or not (isinstance(sl, ast.Constant) or isinstance(sl, ast.Starred)))
+        if isinstance(recv, DictV):
+            return recv.get(sl.value) if isinstance(sl, ast.Constant) and isinstance(sl.value, str) else None
         if isinstance(recv, ShapeV):
             if index is not None and recv.dims is not None:
                 d = _norm(index, len(recv.dims))
@@ -393,11 +506,11 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         if isinstance(recv, TupleV):
             if index is not None and not recv.homogeneous and -len(recv.items) <= index < len(recv.items):
                 return recv.items[index]
-            if recv.homogeneous and index is not None:
+            if recv.homogeneous and picked:
                 return recv.items[0]
             return None
         if isinstance(recv, TV):
-            if recv.sizes and recv.rank is not None and index is not None:
+            if recv.sizes and recv.rank and picked and not isinstance(picker, TV):  # sizes[mask]: advanced indexing
                 if recv.rank == 1:
                     return TV(rank=0, scalar_of=node, seed=recv.seed)
                 return TV(rank=recv.rank - 1, sizes=True, seed=recv.seed)
@@ -464,12 +577,19 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         # keywords can reach this file's own functions only through a local call: a method of
         # an object, a name defined or bound here, dict(...); not torch.* or an imported function
         local = is_method or (isinstance(func, ast.Name) and func.id not in self.src.imports)
+        spread: list[tuple[str, Any, ast.expr]] = []  # f(**kwargs): the dict's entries, as keywords
         for k in node.keywords:
             v = self.ev(k.value, env)
             if k.arg:
                 kws[k.arg] = v
                 if local:
                     self._note_keyword(k.arg, k.value, v)
+            elif isinstance(v, DictV):
+                for key, item in v.items:
+                    kws.setdefault(key, item)
+                    spread.append((key, item, k.value))
+                    if local:
+                        self._note_keyword(key, k.value, item)
         qual = self.src.qualname(func) if not is_method else None
         if qual and isinstance(func, ast.Name):
             name = qual.rsplit(".", 1)[-1]  # `from flash_attn import flash_attn_func as faf`: faf is flash_attn_func
@@ -477,12 +597,17 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             return TV(attn="probs", attn_origin=node)
 
         if is_method or (isinstance(func, ast.Name) and not (qual or "").startswith(_LIBRARIES)):
-            self._note_size_args(node, args, kws)
+            self._note_size_args(node, args, kws, spread)
+        if is_method and name == "register_buffer" and len(args) >= 2 and isinstance(func.value, ast.Name) and \
+                func.value.id == "self" and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            self._store_field(node.args[0].value, args[1])  # self.register_buffer("lens", sizes): self.lens
         if is_method:
-            out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV)) else recv,
+            out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV, DictV)) else recv,
                               recv, node, args, kws, env)
         else:
             out = self.function(qual or name, name, node, args, kws)
+        if out is None and (self._returns_seen or self.return_seeds):
+            out = self._returned(func, node)
         if out is None and args and isinstance(args[0], TV) and args[0].rank and _SHAPE_KEEPING.search(name):
             return replace(args[0], src=None, sizes=False)  # rotary(q), apply_rope(k): same layout, same roles
         if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):

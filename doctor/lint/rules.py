@@ -77,7 +77,9 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 # given a subscript.
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
-           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[")
+           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\["
+           # a reduction of one (`seq_lens.max()`), or sizes handed on in a dict (`**kwargs`)
+           rb"|\.(?:max|min|sum|prod|amax|amin)\(\)|\*\*\w")
 
 RULES: tuple[Rule, ...] = (
     Rule(

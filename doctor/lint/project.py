@@ -58,7 +58,7 @@ def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], suppressed
     files; `load`: path -> its PySource (parsed on demand), or None."""
     out: list[Finding] = []
     out += _attention(facts, codes)
-    out += _module_after_cast(facts, codes)
+    out += _module_after_cast(facts, codes, load)
     if load is not None and any(f.size_calls or f.size_returns for f in facts.values()):
         from gpudoctor.lint import valueflow
 
@@ -123,14 +123,21 @@ def _weighted_classes(facts: dict[str, Any]) -> set[str]:
     return {n for n in weighted if not classes[n][2]}
 
 
-def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list[Finding]:
-    """A method that creates float32 modules, called on an object after it was cast: a finding
-    at each module it creates (the place to change), naming the call and the cast."""
+def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
+                       load: Callable[[str], Any] | None = None) -> list[Finding]:
+    """A method that creates float32 modules, called on an object after it was cast (in the same
+    scope, or passed in or returned cast by the project's other functions: castflow.resolve): a
+    finding at each module it creates (the place to change), naming the call and the cast."""
     calls: dict[str, tuple[str, tuple]] = {}
     for path in sorted(facts):
         if "GPU011" in codes.get(path, ()):
             for entry in facts[path].after_cast:
                 calls.setdefault(entry[0], (path, entry))
+    if load is not None and any(f.creators for f in facts.values()):
+        from gpudoctor.lint import castflow
+
+        for path, entry in castflow.resolve(facts, codes, load):
+            calls.setdefault(entry[0], (path, entry))
     out: list[Finding] = []
     if not calls:
         return out
@@ -141,7 +148,7 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]])
         for method, created in f.creators.items():
             if method not in calls:
                 continue
-            where, (_, line, _, root, cast_line, recv) = calls[method]
+            where, (_, line, _, root, cast_line, recv, how) = calls[method]
             for finding, foreign in created:
                 if foreign is not None:
                     weighted = _weighted_classes(facts) | set().union(*(g.builders for g in facts.values())) \
@@ -149,6 +156,6 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]])
                     if foreign not in weighted:
                         continue
                 caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "
-                          f"precision at line {cast_line}")
+                          f"precision " + (f"({how})" if how else f"at line {cast_line}"))
                 out.append(replace(finding, message=finding.message.replace("{caller}", caller)))
     return out

@@ -39,8 +39,11 @@ class Facts:
     # GPU011: method name -> what it creates and never converts: (finding at the assignment, the
     # class it builds when only the project knows whether that class has weights, or None)
     creators: dict[str, list[tuple[Finding, str | None]]] = field(default_factory=dict)
-    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver)
-    after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver,
+    # how the cast reached the scope: "" when it happened there)
+    after_cast: list[tuple[str, int, int, str, int, str, str]] = field(default_factory=list)
+    # GPU011: top-level functions of the file that return a cast object (absolute name -> line)
+    cast_returns: dict[str, int] = field(default_factory=dict)
     # GPU001: the functions and methods (by name) that return attention probabilities or raw
     # scores, and findings that hold only if a helper this file calls returns them:
     # (helper name, "probs" | "scores", the finding)

@@ -387,9 +387,14 @@ class _Project:
         return Cast(call.lineno, "", found.how) if found is not None else None
 
     def callers(self, src: PySource, fn: ast.AST, param: str, depth: int = 0) -> list[Cast]:
-        """Casts the callers of `fn` pass as `param`: [Cast(caller line, ..., how)]."""
+        """Casts the callers of `fn` pass as `param`: [Cast(caller line, ..., how)]. A method is
+        looked for in its own file (self.name(...)); a function in the files that name its
+        module (they import it) and its own."""
         name = fn.name  # type: ignore[attr-defined]
+        if name.startswith("__"):
+            return []
         owner = next((c for c in src.classes if fn in c.body), None)
+        module_word = (src.module or "").rsplit(".", 1)[-1].encode()
         params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]  # type: ignore[attr-defined]
         if owner is not None and params and params[0] in ("self", "cls"):
             params = params[1:]
@@ -398,6 +403,8 @@ class _Project:
         word = re.compile(rb"\b%s[ \t]*\(" % re.escape(name.encode()))
         found: list[Cast] = []
         for path in self.paths:
+            if path != src.path and (owner is not None or not module_word or module_word not in self.text(path)):
+                continue
             if not word.search(self.text(path)):
                 continue
             csrc = src if path == src.path else self.source(path)
@@ -430,11 +437,29 @@ class _Project:
         return found
 
 
+def late_creators(facts: dict[str, Any]) -> set[str]:
+    """Methods that create float32 weights for sure, or through a class or builder the project's
+    class table says creates them (gpudoctor.lint.project.weighted)."""
+    from gpudoctor.lint.project import weighted
+
+    table: set[str] | None = None
+    out = set()
+    for f in facts.values():
+        for name, created in f.creators.items():
+            for _, foreign in created:
+                if foreign is not None:
+                    table = weighted(facts) if table is None else table
+                if foreign is None or foreign in table:  # type: ignore[operator]
+                    out.add(name)
+                    break
+    return out
+
+
 def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], load: Callable[[str], Any]) -> list[tuple[str, tuple]]:
     """Calls of the project's late creators (`pipe.dit.enable_x()`) on an object the scope did not
     cast itself: a parameter some caller passes cast, or the result of a project function that
     returns one. Returns (path, after_cast entry) pairs for gpudoctor.lint.project."""
-    creators = sorted({m for f in facts.values() for m in f.creators})
+    creators = sorted(late_creators(facts))
     if not creators:
         return []
     project = _Project(codes, load)

@@ -82,8 +82,26 @@ _WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedd
 # A class that casts its inputs to its own weights (`x.to(self.fc.weight.dtype)`, `x.type_as(self.w)`,
 # autocast): new float32 instances of it work beside a cast model. Casting one of its own
 # parameters to the input (`self.modulation.to(dtype=t.dtype)`) covers that parameter only.
-_CASTS_INPUTS = re.compile(r"(?<![\w.])(?!self\.)[A-Za-z_][\w.]*(?:\([^()\n]*\))?\.to\([^)\n]*\bself\.[^)\n]*dtype"
-                           r"|(?<![\w.])(?!self\.)[A-Za-z_][\w.]*\.type_as\(\s*self\.|autocast\(")
+_RECEIVER = re.compile(r"([A-Za-z_][\w.]*)(?:\([^()\n]*\))?$")
+
+
+def _casts_inputs(text: str) -> bool:
+    if "autocast(" in text:
+        return True
+    for word in (".to(", ".type_as("):
+        at = text.find(word)
+        while at >= 0:
+            line_start = text.rfind("\n", 0, at) + 1
+            end = text.find(")", at)
+            newline = text.find("\n", at)
+            args = text[at + len(word): end if end >= 0 and (newline < 0 or end < newline) else newline]
+            m = _RECEIVER.search(text, line_start, at)
+            recv = m.group(1) if m else ""
+            if recv and not recv.startswith("self.") and recv != "self" and "self." in args and \
+                    (word == ".type_as(" or "dtype" in args):
+                return True
+            at = text.find(word, at + 1)
+    return False
 
 
 def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
@@ -141,7 +159,7 @@ def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
             if any(re.search(r"\b%s\(" % other, texts[name]) for other in weights):
                 weights.add(name)
                 changed = True
-    return {name: (name in weights, bool(_CASTS_INPUTS.search(texts[name]))) for name in found}
+    return {name: (name in weights, _casts_inputs(texts[name])) for name in found}
 
 
 _CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
@@ -222,10 +240,13 @@ def module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
     for cls in src.classes:  # mixins too (LLaVA's LlavaMetaModel): the call after a cast is the evidence
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         from_init = _called_from(src, methods, "__init__")
+        containers: set[str] | None = None
         for name, m in methods.items():
             if name in from_init or not late_method(name, name.startswith(_BUILDER), src.text):
                 continue
-            created = _created_in(src, m, local, methods)
+            if containers is None:
+                containers = _module_containers(src, m)
+            created = _created_in(src, m, local, methods, containers=containers)
             if created:
                 facts.creators[name] = [(f, foreign) for f, foreign, _ in created]
     return out
@@ -238,7 +259,7 @@ def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], b
     text = src.scope_text(cls)
     bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
     builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
-    return bases, bool(_WEIGHTS_TEXT.search(text)), bool(_CASTS_INPUTS.search(text)), builds
+    return bases, bool(_WEIGHTS_TEXT.search(text)), _casts_inputs(text), builds
 
 
 def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:
@@ -309,7 +330,7 @@ def _is_parameter(src: PySource, node: ast.AST) -> bool:
 
 
 def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | None = None, late: str | None = None,
-                depth: int = 0) -> list[tuple[Finding, str | None, str]]:
+                depth: int = 0, containers: set[str] | None = None) -> list[tuple[Finding, str | None, str]]:
     """What method `m` adds to self that creates float32 weights and never converts later in the
     method (module.to() / .half() converts a module in place, a Parameter's does not: its result
     is thrown away, GPU005; self.to(...) converts everything), with what the helper methods of
@@ -318,10 +339,11 @@ def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | 
     stmts = src.scope_statements(m)
     out = []
     late = late or m.name  # type: ignore[attr-defined]
+    containers = _module_containers(src, m) if containers is None else containers
     for i, s in enumerate(stmts):
         helper = _self_call(s)
         if helper and methods and helper in methods and methods[helper] is not m and depth < 3:
-            for f, foreign, key in _created_in(src, methods[helper], local, methods, late, depth + 1):
+            for f, foreign, key in _created_in(src, methods[helper], local, methods, late, depth + 1, containers):
                 if not _converted_later(stmts[i + 1:], key, f.message.startswith(f"{key} is an nn.Parameter")):
                     out.append((f, foreign, key))
             continue
@@ -331,6 +353,11 @@ def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | 
         key, value, is_param = added
         made = _creation(src, value, local)
         if made is None:
+            continue
+        itemwise = isinstance(s, ast.Expr) or (isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Subscript))
+        if itemwise and not made[0] and not (key in containers or _call_attr(s) in ("add_module", "register_module")):
+            # appended or stored item by item: a module for sure, or a class of another module put
+            # into a ModuleList / ModuleDict / Sequential (a plain list of objects is not)
             continue
         if _converted_later(stmts[i + 1:], key, is_param):
             continue
@@ -346,6 +373,26 @@ def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | 
                 if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
         out.append((f, foreign, key))
     return out
+
+
+def _module_containers(src: PySource, m: ast.AST) -> set[str]:
+    """self.<attr> that the class of method `m` assigns an nn.ModuleList / ModuleDict / Sequential."""
+    cls = next((c for c in src.classes if m in c.body), None)
+    out: set[str] = set()
+    if cls is None or not any(w in src.scope_text(cls) for w in ("ModuleList", "ModuleDict", "Sequential")):
+        return out
+    for n in walk(cls.body):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call):
+            q = src.qualname(n.value.func) or ""
+            if q.rsplit(".", 1)[-1] in ("ModuleList", "ModuleDict", "Sequential"):
+                out.add(dotted(n.targets[0]) or "")
+    return out
+
+
+def _call_attr(s: ast.stmt) -> str | None:
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute):
+        return s.value.func.attr
+    return None
 
 
 def _self_call(s: ast.stmt) -> str | None:

@@ -123,6 +123,12 @@ def _weighted_classes(facts: dict[str, Any]) -> set[str]:
     return {n for n in weighted if not classes[n][2]}
 
 
+def weighted(facts: dict[str, Any]) -> set[str]:
+    """Classes with weights that do not cast their inputs to them, and builder functions that
+    return a new float32 module, over the project."""
+    return _weighted_classes(facts) | set().union(*(g.builders for g in facts.values()))
+
+
 def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
                        load: Callable[[str], Any] | None = None) -> list[Finding]:
     """A method that creates float32 modules, called on an object after it was cast (in the same
@@ -141,7 +147,7 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
     out: list[Finding] = []
     if not calls:
         return out
-    weighted: set[str] | None = None
+    table: set[str] | None = None
     for path, f in facts.items():
         if "GPU011" not in codes.get(path, ()):
             continue
@@ -151,9 +157,8 @@ def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
             where, (_, line, _, root, cast_line, recv, how) = calls[method]
             for finding, foreign in created:
                 if foreign is not None:
-                    weighted = _weighted_classes(facts) | set().union(*(g.builders for g in facts.values())) \
-                        if weighted is None else weighted
-                    if foreign not in weighted:
+                    table = weighted(facts) if table is None else table
+                    if foreign not in table:
                         continue
                 caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "
                           f"precision " + (f"({how})" if how else f"at line {cast_line}"))

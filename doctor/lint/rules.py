@@ -78,8 +78,10 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
            rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\["
-           # a reduction of one (`seq_lens.max()`), or sizes handed on in a dict (`**kwargs`)
-           rb"|\.(?:max|min|sum|prod|amax|amin)\(\)|\*\*\w")
+           # a reduction of one (`seq_lens.max()`), or sizes put in a dict of keyword arguments
+           # (`dict(grid_sizes=grid_sizes)`, `{"grid_sizes": ...}`) for `**kwargs`
+           rb"|\.(?:max|min|sum|prod|amax|amin)\(\)"
+           rb"|\b(?:\w+_)?(?:sizes|shapes)[ \t]*=[ \t]*\w|[\"'](?:\w+_)?(?:sizes|shapes)[\"'][ \t]*:")
 
 RULES: tuple[Rule, ...] = (
     Rule(

@@ -253,14 +253,28 @@ class Project:
     """The linted modules, parsed on demand, and the lookups of call targets among them."""
 
     def __init__(self, modules: dict[str, str], codes: dict[str, tuple[str, ...]], load: Callable[[str], Any],
-                 rebound: list[tuple[str, str, str, str | None]]):
+                 rebinds: Callable[[], list[tuple[str, str, str, str | None]]]):
         self.modules, self.codes, self.load = modules, codes, load
-        self.rebound: dict[tuple[str, str], list[str]] = {}  # (attribute, method) -> functions bound there
-        self.bound_to: dict[str, list[str]] = {}  # function -> classes of the objects it is bound to
-        for attr, method, fn, owner in rebound:
-            self.rebound.setdefault((attr, method), []).append(fn)
-            if owner is not None:
-                self.bound_to.setdefault(fn, []).append((owner, attr))  # type: ignore[arg-type]
+        self._rebinds = rebinds  # read on the first call that a rebound method could answer
+        self._rebound: dict[tuple[str, str], list[str]] | None = None
+        self._bound_to: dict[str, list[tuple[str, str]]] = {}
+
+    @property
+    def rebound(self) -> dict[tuple[str, str], list[str]]:
+        """(attribute, method) -> the functions bound there with types.MethodType."""
+        if self._rebound is None:
+            self._rebound = {}
+            for attr, method, fn, owner in self._rebinds():
+                self._rebound.setdefault((attr, method), []).append(fn)
+                if owner is not None:
+                    self._bound_to.setdefault(fn, []).append((owner, attr))
+        return self._rebound
+
+    @property
+    def bound_to(self) -> dict[str, list[tuple[str, str]]]:
+        """function -> (class, attribute) of the objects it is bound to as a method."""
+        _ = self.rebound
+        return self._bound_to
 
     def source(self, module: str):
         path = self.modules.get(module)
@@ -364,12 +378,12 @@ def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: d
     """GPU004's cross-function findings over the project: the fixpoint over calls (arguments),
     then the functions that return sizes into the files that call them."""
     todo = []
-    rebound = [r for _, found in sorted(_all_rebinds(facts, codes, load).items()) for r in found]
     for path in sorted(facts):
         if "GPU004" in codes.get(path, ()):
             for target, slot, carried, text, line, key in facts[path].size_calls:
                 todo.append((target, slot, carried, f"`{text}`, {describe(carried)}, at {path}:{line}", (path, key)))
-    project = Project(modules, codes, load, rebound)
+    project = Project(modules, codes, load, lambda: [r for _, found in sorted(_all_rebinds(facts, codes, load).items())
+                                                      for r in found])
     out: list[Finding] = []
     followed: set[tuple[str, int]] = set()
     seen: set[tuple[str, int, str, Carried]] = set()
@@ -413,7 +427,7 @@ def _all_rebinds(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
             continue
         try:
             with open(path, "rb") as fh:
-                if b"MethodType(" not in fh.read():
+                if _FORWARD_REBOUND.search(fh.read()) is None:
                     continue
         except OSError:
             continue
@@ -421,6 +435,9 @@ def _all_rebinds(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
         if src is not None:
             out[path] = rebinds(src)
     return out
+
+
+_FORWARD_REBOUND = re.compile(rb"\.forward[ \t]*=[ \t]*(?:types\.)?MethodType\(")
 
 
 def _returns(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: dict[str, str],

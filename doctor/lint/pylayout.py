@@ -16,6 +16,9 @@ from gpudoctor.lint.pyvalues import (TV, WILD, Named, ShapeV, Sym, TupleV, ViewE
                                      _regroup_layout, _relabel, _role_of_name, match_groups, prod)
 
 
+_DTYPE_NAME = re.compile(r"(?:b?float|u?int|complex|q?u?int|bits)\d")
+
+
 class LayoutOps:
     """Layout operations on abstract tensors; mixed into Interp (uses `self.events`, `self._sym`,
     `self._size_args`)."""
@@ -145,10 +148,12 @@ class LayoutOps:
 
     @staticmethod
     def _is_dtype(node: ast.AST) -> bool:
+        """x.view(torch.float4_e2m1fn_x2), x.view(self.dtype): a dtype, not sizes (every torch dtype
+        is named float*, bfloat*, int*, uint*, complex*, bool, qint* / quint*, or half / double / ...)."""
         if isinstance(node, ast.Attribute):
-            return node.attr in ("float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8",
-                                 "uint8", "int16", "int32", "int64", "long", "int", "bool", "complex64",
-                                 "float8_e4m3fn", "float8_e5m2", "uint16", "uint32") or "dtype" in node.attr
+            return node.attr in ("half", "float", "double", "long", "int", "bool", "short", "cfloat", "cdouble") or \
+                "dtype" in node.attr or (isinstance(node.value, ast.Name) and node.value.id == "torch" and
+                                         _DTYPE_NAME.match(node.attr) is not None)
         if isinstance(node, ast.Name):
             return "dtype" in node.id.lower()
         return False

@@ -261,3 +261,88 @@ def test_lists_loops_attributes_and_reductions(tmp_path):
     reduced = by_line[marked_lines(RELATIVE)[-1]]
     assert "`seq_lens.sum()` reduces a tensor of sizes to a 0-d tensor" in reduced.message
     assert reduced.fix.applicability == "unsafe" and reduced.fix.edits[0].text == ".item()"
+
+
+# --- what the project's functions return, followed into their callers ---------------------------
+
+RETURNS = {
+    "vid/__init__.py": "",
+    "vid/patch.py": """
+        import torch
+
+
+        def patch_grid(latents):
+            return torch.stack([torch.tensor(u.shape[1:], dtype=torch.long) for u in latents])
+
+
+        def token_lengths(latents):
+            return torch.tensor([u.size(1) for u in latents], dtype=torch.long)
+
+
+        def as_ints(latents):
+            return [list(u.shape[1:]) for u in latents]
+        """,
+    "vid/model.py": """
+        import torch
+
+        from .patch import as_ints, patch_grid, token_lengths
+
+
+        class Model(torch.nn.Module):
+            def forward(self, latents):
+                grid = patch_grid(latents)
+                f, h, w = grid[0]  # <-
+                lens = token_lengths(latents)
+                longest = lens.max()  # <-
+                out = torch.zeros(len(latents), longest, 8)
+                for f2, h2, w2 in as_ints(latents):
+                    out = out[:, : f2 * h2 * w2]
+                return out.view(f * h * w, -1)
+        """,
+}
+
+
+def test_sizes_returned_by_another_module_are_followed_into_the_caller(tmp_path):
+    result = lint_tree(tmp_path, RETURNS, select=["GPU004"])
+    assert found(result, root=tmp_path) == _expected(RETURNS)
+    grid = next(f for f in result.findings if f.line == marked_lines(RETURNS["vid/model.py"])[0])
+    assert "what patch_grid() returns, a tensor of sizes" in grid.message and "patch.py" in grid.message
+
+
+# --- GPU001: a helper of the file that biases the scores and returns them -------------------------
+
+BIASED = """
+import torch
+
+
+def add_rel_bias(attn, q, table, size):
+    h, w = size
+    attn = attn.view(q.shape[0], h * w, h * w) + table[None]
+    return attn
+
+
+def masked(scores, mask):
+    scores = scores.masked_fill(mask, float("-inf"))
+    return scores
+
+
+class Block(torch.nn.Module):
+    def forward(self, q, k, v, table, size, mask=None):
+        attn = (q * self.scale) @ k.transpose(-2, -1)  # <-
+        if self.use_rel_pos:
+            attn = add_rel_bias(attn, q, table, size)
+        if mask is not None:
+            attn = masked(attn, mask)
+        attn = attn.softmax(dim=-1)
+        return attn @ v
+
+    def pooled(self, q, k, table, size):
+        attn = q @ k.transpose(-2, -1)
+        attn = add_rel_bias(attn, q, table, size)
+        return attn.softmax(dim=-1).mean(1)   # a map, never multiplied with values
+"""
+
+
+def test_scores_through_a_helper_that_biases_them(tmp_path):
+    result = lint_source(tmp_path, BIASED, select=["GPU001"])
+    assert lines(result, "GPU001") == marked_lines(BIASED)

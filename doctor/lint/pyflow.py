@@ -78,6 +78,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._class_of[id(m)] = cls
         self._toplevel = {f.name for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self._through: dict[int, int | None] = {}
 
     # entry points
 
@@ -119,6 +120,33 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         self.block(node.body, env)
         self._fn = None
         self._cls = None
+
+    # Methods that keep a value what it is (its elements shifted, scaled, masked, re-viewed).
+    _KEEP = frozenset({"view", "reshape", "contiguous", "to", "float", "half", "bfloat16", "type_as", "masked_fill",
+                       "masked_fill_", "add", "add_", "mul", "mul_", "sub", "sub_", "div", "div_", "clamp", "clamp_",
+                       "view_as", "reshape_as"})
+
+    def _passed_through(self, func: ast.expr) -> int | None:
+        """Which argument a function of this file returns, shifted, scaled, masked or re-viewed
+        (`def add_rel_pos(attn, q, ...): attn = attn.view(...) + bias; return attn`): its index
+        among the call's arguments, or None."""
+        if isinstance(func, ast.Name) and func.id in self._toplevel:
+            fn, skip = next(f for f in self.src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            and f.name == func.id), 0
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
+                self._cls is not None:
+            fn = next((m for m in self._cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and m.name == func.attr), None)
+            skip = 1
+            if fn is None:
+                return None
+        else:
+            return None
+        key = id(fn)
+        if key not in self._through:
+            self._through[key] = _through(fn)
+        i = self._through[key]
+        return i - skip if i is not None and i >= skip else None
 
     def _fn_key(self, fn: ast.AST) -> str:
         cls = self._class_of.get(id(fn))
@@ -608,9 +636,57 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             out = self.function(qual or name, name, node, args, kws)
         if out is None and (self._returns_seen or self.return_seeds):
             out = self._returned(func, node)
+        if out is None and args:
+            through = self._passed_through(func)
+            if through is not None and through < len(args) and isinstance(args[through], TV) and args[through].attn:
+                a = args[through]  # add_rel_pos(attn, ...): the scores, biased, come back
+                return TV(attn=a.attn, attn_origin=a.attn_origin, cond=a.cond)
         if out is None and args and isinstance(args[0], TV) and args[0].rank and _SHAPE_KEEPING.search(name):
             return replace(args[0], src=None, sizes=False)  # rotary(q), apply_rope(k): same layout, same roles
         if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):
             # a call this file cannot see into: the project pass may know what it returns
             return TV(opaque=name, attn_origin=node)
         return out
+
+
+def _through(fn: ast.AST) -> int | None:
+    """The index of the parameter `fn` returns kept what it is (see Interp._passed_through): every
+    return returns that parameter's name, and every assignment to it rebuilds it from itself
+    through arithmetic, subscripts and the methods of Interp._KEEP."""
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]  # type: ignore[attr-defined]
+    returns: list[ast.expr | None] = []
+    assigned: list[ast.expr] = []
+    stack = list(fn.body)  # type: ignore[attr-defined]
+    name = None
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return):
+            returns.append(node.value)
+        stack.extend(ast.iter_child_nodes(node))
+    if not returns or not all(isinstance(r, ast.Name) for r in returns) or len({r.id for r in returns}) != 1:  # type: ignore[union-attr]
+        return None
+    name = returns[0].id  # type: ignore[union-attr]
+    if name not in params:
+        return None
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                if not all(isinstance(t, ast.Name) for t in targets) or node.value is None:
+                    return None
+                assigned.append(node.value)
+    return params.index(name) if all(_rebuilt_from(v, name) for v in assigned) else None
+
+
+def _rebuilt_from(e: ast.AST, name: str) -> bool:
+    """`attn.view(...) + bias[..., None]`, `attn * scale`, `attn.masked_fill(mask, -inf)`: built
+    from `name` by arithmetic and keeping methods only."""
+    if isinstance(e, ast.Name):
+        return e.id == name
+    if isinstance(e, ast.BinOp):
+        return _rebuilt_from(e.left, name) or _rebuilt_from(e.right, name)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in Interp._KEEP:
+        return _rebuilt_from(e.func.value, name)
+    return False

@@ -291,7 +291,13 @@ def join_values(values: list[Any]) -> Any:
                       layouts=first.layouts if all(v.layouts == first.layouts for v in values) else None)
         if all(v.rank == 0 and v.scalar_of is not None for v in values):
             return TV(rank=0, scalar_of=first.scalar_of, seed=next((v.seed for v in values if v.seed), None))
-        return _join_tv(values)
+        joined = _join_tv(values)
+        if joined is None and first.attn and all(v.attn == first.attn and v.attn_origin is first.attn_origin and
+                                                  v.cond == first.cond for v in values):
+            # the same score matrix on every path (biased on one: `if rel_pos: attn = add_rel_pos(attn)`)
+            return TV(rank=first.rank if all(v.rank == first.rank for v in values) else None, attn=first.attn,
+                      attn_origin=first.attn_origin, cond=first.cond)
+        return joined
     if all(isinstance(v, TupleV) for v in values):
         full = [v for v in values if v.items]
         if full and all(v.homogeneous for v in full):

@@ -346,3 +346,32 @@ class Block(torch.nn.Module):
 def test_scores_through_a_helper_that_biases_them(tmp_path):
     result = lint_source(tmp_path, BIASED, select=["GPU001"])
     assert lines(result, "GPU001") == marked_lines(BIASED)
+
+
+KEPT = """
+import torch
+from einops import rearrange
+
+
+def bounded(q, k, v):
+    scores = torch.bmm(q, k.transpose(1, 2))  # <-
+    scores = torch.clamp(scores - scores.max(), min=-50000, max=50000)
+    return torch.bmm(scores.softmax(dim=-1), v)
+
+
+def permuted(q, k, v):
+    w = torch.einsum("bij,bjk->bik", q, k)  # <-
+    w = torch.nn.functional.softmax(w, dim=2)
+    w = rearrange(w, "b i j -> b j i")
+    return torch.einsum("bij,bjk->bik", v, w)
+
+
+def clamped_map(q, k):
+    scores = torch.clamp(torch.bmm(q, k.transpose(1, 2)), max=50.0)
+    return scores.softmax(dim=-1).sum(1)      # a map: no product with values
+"""
+
+
+def test_scores_kept_through_torch_elementwise_functions_and_rearrange(tmp_path):
+    result = lint_source(tmp_path, KEPT, select=["GPU001"])
+    assert lines(result, "GPU001") == marked_lines(KEPT)

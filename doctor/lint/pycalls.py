@@ -13,6 +13,11 @@ from gpudoctor.lint.pyvalues import (TV, DictV, IterV, Named, ShapeV, Sym, Tuple
                                      _REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
 
 
+# torch.<f>(x, ...) that keeps x's shape, elementwise.
+_TORCH_ELEMENTWISE = {"clamp", "clip", "clamp_min", "clamp_max", "exp", "tanh", "sigmoid", "abs", "neg", "mul", "div",
+                      "add", "sub", "nan_to_num", "masked_fill", "pow", "square", "sqrt", "rsqrt"}
+
+
 class CallOps:
     """torch functions and tensor methods on abstract values; mixed into Interp."""
 
@@ -124,6 +129,11 @@ class CallOps:
             return args[0]
         if q.startswith("torch.nn.functional.") and name in _ELEMENTWISE | {"dropout", "relu", "gelu"} and args:
             return args[0] if isinstance(args[0], TV) else TV()
+        if q.startswith("torch.") and q.count(".") == 1 and name in _TORCH_ELEMENTWISE and args and \
+                isinstance(args[0], TV) and args[0].attn:
+            a = args[0]  # torch.clamp(scores, ...): the same score matrix, its values bounded
+            return TV(rank=a.rank, dims=a.dims, layouts=a.layouts, origin=a.origin, origin_kind=a.origin_kind,
+                      roles=a.roles, attn=a.attn, attn_origin=a.attn_origin, cond=a.cond)
         return None
 
     @staticmethod

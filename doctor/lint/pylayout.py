@@ -336,7 +336,8 @@ class LayoutOps:
         contiguous = layouts == frozenset({_identity(rank)})
         roles = tuple(_einops_role(g, names) for g in right)
         return TV(rank=rank, layouts=layouts, origin=None if contiguous else node,
-                  origin_kind="" if contiguous else "rearrange", roles=roles if any(roles) else None)
+                  origin_kind="" if contiguous else "rearrange", roles=roles if any(roles) else None,
+                  attn=tv.attn, attn_origin=tv.attn_origin, cond=tv.cond)  # a permuted score matrix still is one
 
     @staticmethod
     def _int_list(nodes: list[ast.expr]) -> list[int] | None:

@@ -509,20 +509,15 @@ RULES: tuple[Rule, ...] = (
                   # a builder function of the project (build_projector) and a method that calls one
                   rb"return[ \t]+(?:nn|torch\.nn)\.[A-Z]", rb"self\.\w+\s*=\s*\w*(?:build|make|create)_\w*\("),),
         what=(
-            "After `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module (or it was loaded with "
-            "torch_dtype=, reached the function through a parameter, an attribute of self or a project "
-            "function's return value), a new nn module or nn.Parameter is added to it by any means "
-            "(model.head = nn.Linear(...), model[3] = ..., append, insert, extend, add_module, "
-            "register_module, register_parameter, update, setattr) without a dtype= argument and is never "
-            "converted afterwards. Also a method other than "
-            "__init__ (and not called from __init__) of an nn.Module class that adds float32 submodules "
-            "or parameters with no dtype/device and no .to() afterwards (an enable_*_mode() that runs "
-            "after the pipeline cast the model; with the helper methods it calls), when another module "
-            "calls it on an object after casting it (from_pretrained(torch_dtype=...), .to(dtype), .half(), "
-            "a pipeline built with torch_dtype=torch.bfloat16, handed over as a parameter or returned by a "
-            "function of the project): reported at each creation, naming the call and the cast. Classes of "
-            "other modules count by what the project's class table says of them (weights of their own, of "
-            "a base, or of a class they build; a class that casts its inputs to its own weights is fine)."
+            "After a module was cast (`.to(dtype)`, `.half()`, `.bfloat16()`, from_pretrained(torch_dtype=...); "
+            "also when it arrives through a parameter, an attribute of self or a project function's return), "
+            "a new nn module or nn.Parameter without dtype= is added to it by any means (an attribute, "
+            "model[3] = ..., append, insert, extend, add_module, register_module, register_parameter, update, "
+            "setattr) and never converted. Also a method other than __init__ (and not called from it) that adds "
+            "float32 submodules or parameters to self (an enable_*_mode(), with the helpers it calls), when "
+            "another module calls it on an object after casting it: reported at each creation, naming the call "
+            "and the cast. Classes of other modules count by the project's class table (weights of their own, "
+            "of a base or of a class they build; not a class that casts its inputs to its weights)."
         ),
         why=(
             "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "

@@ -428,10 +428,14 @@ def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
 
 _SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter|\w*(?:build|make|create)_\w*)\(",
                           re.M)
-_OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)*(?:\.\w+|\[[^\]\n]+\])[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\("
-                           # model.append(nn.Linear(...)), add_module, register_parameter, setattr(model, ...)
-                           rb"|\.(?:append|insert|extend|add_module|register_module|register_parameter|update)\([^\n]*"
-                           rb"(?:\bnn\.[A-Z]|Parameter\()|\bsetattr\([^\n]*(?:\bnn\.[A-Z]|Parameter\()", re.M)
+_OTHER_CREATE = (
+    re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:(?:\.\w+)+(?:\[[^\]\n]+\])?|\[[^\]\n]+\])[ \t]*=[ \t]*"
+               rb"(?:[\w.]*\.)?[A-Z]\w*\(", re.M),
+    # model.append(nn.Linear(...)), add_module, register_parameter, ...; setattr(model, "x", nn.Linear(...))
+    re.compile(rb"\.(?:append|insert|extend|add_module|register_module|register_parameter|update)\([^\n]*"
+               rb"(?:\bnn\.[A-Z]|Parameter\()"),
+    re.compile(rb"\bsetattr\([^\n]*(?:\bnn\.[A-Z]|Parameter\()"),
+)
 _SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
 _DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
@@ -442,7 +446,7 @@ def may_create_late(data: bytes) -> bool:
     object cast with self.half() / self.to(), or self.x = SomeModule(...) in a method that is not
     __init__ or a builder. False means the file matters to GPU011 only for its calls after a cast
     (the engine defers it)."""
-    if _OTHER_CREATE.search(data) or _SELF_CAST.search(data):
+    if any(p.search(data) for p in _OTHER_CREATE) or _SELF_CAST.search(data):
         return True
     defs = None
     for m in _SELF_CREATE.finditer(data):

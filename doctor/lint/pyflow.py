@@ -77,7 +77,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             for m in cls.body:
                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._class_of[id(m)] = cls
-        self._toplevel = {f.name for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self._toplevel = {f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self._through: dict[int, int | None] = {}
 
     # entry points
@@ -131,8 +131,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         (`def add_rel_pos(attn, q, ...): attn = attn.view(...) + bias; return attn`): its index
         among the call's arguments, or None."""
         if isinstance(func, ast.Name) and func.id in self._toplevel:
-            fn, skip = next(f for f in self.src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                            and f.name == func.id), 0
+            fn, skip = self._toplevel[func.id], 0
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
                 self._cls is not None:
             fn = next((m for m in self._cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -636,7 +635,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             out = self.function(qual or name, name, node, args, kws)
         if out is None and (self._returns_seen or self.return_seeds):
             out = self._returned(func, node)
-        if out is None and args:
+        if out is None and args and any(isinstance(a, TV) and a.attn for a in args):
             through = self._passed_through(func)
             if through is not None and through < len(args) and isinstance(args[through], TV) and args[through].attn:
                 a = args[through]  # add_rel_pos(attn, ...): the scores, biased, come back

@@ -77,13 +77,13 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 # given a subscript.
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
-           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\["
-           # a reduction of one (`seq_lens.max()`), or sizes put in a dict of keyword arguments
-           # (`dict(grid_sizes=grid_sizes)`, `{"grid_sizes": ...}`) for `**kwargs`
-           rb"|\.(?:max|min|sum|prod|amax|amin)\(\)"
-           rb"|\b(?:\w+_)?(?:sizes|shapes)[ \t]*=[ \t]*\w|[\"'](?:\w+_)?(?:sizes|shapes)[\"'][ \t]*:"
+           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[",
+           # a reduction of one (`seq_lens.max()`)
+           rb"\.(?:max|min|sum|prod|amax|amin)\(\)",
+           # sizes put in a dict of keyword arguments for `**kwargs` (`dict(grid_sizes=...)`, `{"grid_sizes": ...}`)
+           rb"(?:sizes|shapes)[\"']?[ \t]*[=:][ \t]*[\w\"'(]",
            # or returned to the caller
-           rb"|^[ \t]*return[ \t]+(?:torch\.(?:stack|tensor|as_tensor)\(|\w*(?:size|shape|grid|lens)\w*[ \t]*$)")
+           rb"^[ \t]*return[ \t]+(?:torch\.(?:stack|tensor|as_tensor)\(|\w*(?:size|shape|grid|lens)\w*[ \t]*$)")
 
 RULES: tuple[Rule, ...] = (
     Rule(

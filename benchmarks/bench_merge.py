@@ -1,6 +1,7 @@
 """Benchmark the fleet layer, side by side in one run.
 
     python benchmarks/bench_merge.py [--nodes 1000] [--rounds 3] [--ranks 4] [--skip-torchrun]
+                                     [--baseline DIR]
 
 1. `gpudoctor merge` of N synthetic 8-GPU node reports (tests/fleet_synth.py: a real scan's
    per-device results for cuda:0..7, ~330 KB of pretty JSON each, with a straggler, drift and a
@@ -14,6 +15,8 @@
    before parsing (gpudoctor.fleet.merge._skim) and reads files in a process per core; what is
    left is reading the bytes, finding the cuts, parsing ~26 % of them, then merging and
    redacting. The rows with one process and without redaction show where the time goes.
+   `--baseline DIR` adds the same merge by another gpudoctor (`pip install --no-deps --target DIR
+   <checkout>`), in the same rounds: a before/after under the same load.
 2. A 4-rank `torchrun ... gpudoctor scan --distributed --device cpu` against the same torchrun
    running plain `gpudoctor scan` on every rank, interleaved; and, inside the distributed run,
    rank 0's total against the slowest rank's own scan (what the distributed layer adds:
@@ -93,6 +96,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--skip-torchrun", action="store_true")
+    parser.add_argument("--baseline", metavar="DIR", help="another gpudoctor installed with pip --target DIR")
     args = parser.parse_args()
     py = sys.executable
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
@@ -104,7 +108,7 @@ def main() -> None:
               f"merge read processes now: {_idle_cores()} (the cores the load average leaves idle)")
         floor = (f"import glob, json\nfor f in glob.glob({folder!r} + '/*.json'):\n"
                  "    json.load(open(f, 'rb'))")
-        results = compare({
+        commands = {
             "floor: json.load every report": ([py, "-c", floor], None),
             "gpudoctor merge (1 process)": ([py, "-c", "import os, sys; os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; "
                                              "from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
@@ -112,7 +116,16 @@ def main() -> None:
             "gpudoctor merge --no-redact": ([py, "-m", "gpudoctor", "merge", folder, "--no-redact", "--format", "json",
                                              "-o", os.devnull, "-q"], None),
             "gpudoctor merge": ([py, "-m", "gpudoctor", "merge", folder, "--format", "json", "-o", os.devnull, "-q"], None),
-        }, rounds=args.rounds, warmup=1)
+        }
+        if args.baseline:
+            commands["baseline merge (1 process)"] = (
+                [py, "-c", f"import os, sys; sys.path.insert(0, {args.baseline!r}); os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; "
+                 "from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
+                 f"{folder!r}, '--format', 'json', '-o', os.devnull, '-q']; main()"], None)
+            commands["baseline merge"] = (
+                [py, "-c", f"import sys; sys.path.insert(0, {args.baseline!r}); from gpudoctor.cli import main; "
+                 f"sys.argv = ['gpudoctor', 'merge', {folder!r}, '--format', 'json', '-o', '/dev/null', '-q']; main()"], None)
+        results = compare(commands, rounds=args.rounds, warmup=1)
         print(table(results, "floor: json.load every report"))
         merge_s = results["gpudoctor merge"]["median_s"]
         print(f"merge of {args.nodes - 1} reports: {merge_s:.2f} s (target < 2 s): {'MET' if merge_s < 2 else 'NOT MET'}")

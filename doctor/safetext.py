@@ -8,6 +8,12 @@ override is shown as text instead of acting on the terminal. Tabs and newlines s
 return becomes a newline (progress bars redraw with it, and a bare CR would let a line overwrite
 the one before it). `limit` caps the result, marking what was cut.
 
+`json_text(text)` is for JSON that gpudoctor prints or writes: JSON escapes the C0 controls, but
+lets DEL, the C1 controls (U+009B is a one-byte CSI to many terminals) and the bidi and invisible
+format characters through raw, so a report viewed with `cat` or `less -r`, or pasted into a
+ticket, could act on the terminal or read differently from what it holds. They are written as
+`\\uXXXX` escapes, which decode to the same strings: the JSON means exactly what it meant.
+
 `as_text(text)` is the same as a `rich.text.Text`: rich parses neither markup (`[/]`, `[link=…]`,
 `[rank0]:`) nor emoji codes (`:warning:`) in a Text, whereas `console.print(str, markup=False)`
 still replaces emoji codes.
@@ -58,6 +64,18 @@ def visible(text: str, limit: int | None = None) -> str:
         cut += len(text) - limit
         text = text[:limit]
     return text + CUT_MARK.format(n=cut) if cut else text
+
+
+# What JSON leaves raw that must not be: DEL, C1, and the bidi / invisible format characters.
+_JSON_RAW = re.compile(r"[\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def json_text(text: str) -> str:
+    """JSON text with DEL, C1 controls and bidi/format characters written as \\u escapes (valid
+    JSON text holds them only inside strings, where the escape means the same character)."""
+    if text.isascii():
+        return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def as_text(text: str, style: str = "", limit: int | None = None) -> "Text":

@@ -1,30 +1,39 @@
-"""Reading saved reports: other people's files, so untrusted input.
+"""Reading saved reports: other people's files, so untrusted input. The one reader of scan reports:
+`report`, `diff`, `merge` and the fleet's readers (torchrun's and Ray's) all refuse the same files
+with the same line.
 
-`load_report(path)` returns the report's dict, or raises `ReportError` whose text is the one line the
-user sees. In order:
+`load_report(path)` returns one report's dict, or raises `ReportError` whose text is the one line
+the user sees; `load_documents(path)` returns every report a file holds (`merge`: several written
+one after another, lines before a report skipped), each a `Document` with its dict or its error. In
+order:
 
 1. Bytes, bounded: at most `MAX_REPORT_BYTES` are read; a directory is refused. A FIFO, a pipe or
    a device named by its path is read with an idle deadline (`READ_TIMEOUT_S` without a byte ends
    the read), never blocking forever on a writer that never comes. Standard input (`-`) is read to
    its end without one, as `explain -` reads it: it is the user's own pipeline, and
    `gpudoctor scan --format json | gpudoctor report -` waits for a scan that prints nothing until
-   it ends.
+   it ends. A closed standard input is one line.
 2. Text: NUL bytes or invalid UTF-8 is "binary data"; a UTF-8 byte-order mark is accepted.
 3. JSON: strict (`NaN`/`Infinity` and duplicate keys are refused: two `status` keys in one result
-   would be misread whichever one won); an error at the very end is reported as "truncated".
+   would be misread whichever one won); nesting deeper than `MAX_DEPTH` (a report needs about 8)
+   is refused, before any code walks it; an error at the very end is reported as "truncated".
 4. Version: `schema_version` is `MAJOR.MINOR`. Major 1 is read; another major is refused, with the
    version that wrote it. A newer minor (1.3 when this gpudoctor writes 1.0) only adds fields, so it
    is read by the structural check below, the fields this version does not know being ignored.
-5. Validation, always by `check_structure`: every field that the renderers and `diff` rely on,
-   with its type (the environment's sections included, as far as reports/schema.json describes
-   them), and the `summary` counts against the results (a truncated or edited list of
-   results is refused, not rendered as a healthier machine). In addition, when the `jsonschema`
-   package is importable (it is a test dependency, not a runtime one) and the report is of this
-   version's minor or older, it is validated against reports/schema.json too. `validator_used()`
-   says which ran.
+5. Structure, by `check_structure`: every field the renderers, `diff` and `merge` rely on, with its
+   type (the environment's sections included, as far as reports/schema.json describes them), and
+   the `summary` (required: a count per status, non-negative) against the results: a truncated or
+   edited list of results is refused, not rendered as a healthier machine. This check is the
+   definition of a readable report, on every machine (reports/schema.json, which describes it
+   more finely, is checked against what gpudoctor writes in the tests).
+
+`merge` reads ~330 KB per node and needs a few KB of it: `skim_bytes` cuts each result's
+`details` (except matmul-sanity's throughput), `findings`, exit code, signal and stderr tail from
+the bytes of a report written by gpudoctor before they are parsed; everything the merge reads is
+validated as above, what it skips is not parsed, so not validated (`report` validates it).
 
 `sanitize(data)` makes every string of a loaded report safe to print (`gpudoctor.safetext.visible`,
-bounded per string). Standard library only (jsonschema optional).
+bounded per string). Standard library only.
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ import select
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.reports.model import SCHEMA_VERSION
@@ -56,10 +66,11 @@ class ReportError(Exception):
 # --- bytes ---------------------------------------------------------------------------------------
 
 
-def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float = READ_TIMEOUT_S) -> bytes:
+def read_bytes(path: str, *, limit: int = MAX_REPORT_BYTES, timeout: float | None = None) -> bytes:
     """At most `limit` bytes of `path` ("-" is standard input); ReportError when it is larger,
     unreadable, a directory, or a pipe named by `path` that gives nothing for `timeout` seconds."""
     name = "standard input" if path == "-" else path
+    timeout = READ_TIMEOUT_S if timeout is None else timeout
     if path == "-":
         try:
             fd = sys.stdin.fileno()
@@ -125,13 +136,27 @@ def _read_fd(fd: int, name: str, limit: int, timeout: float | None) -> bytes:
 
 # --- text and JSON -------------------------------------------------------------------------------
 
+MAX_DEPTH = 64  # nesting of arrays and objects: a report needs about 8
+
+
+@dataclass
+class Document:
+    """One report from a file: its dict, or why it cannot be read (`error`: the reason, without the
+    file's name, which is `label`)."""
+
+    label: str
+    data: dict[str, Any] | None = None
+    error: str | None = None
+
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ReportError(f"duplicate key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ReportError(f"duplicate key {key[:80]!r}")
+            seen.add(key)
     return out
 
 
@@ -139,8 +164,11 @@ def _no_constants(name: str) -> Any:
     raise ReportError(f"{name} is not a JSON number")
 
 
-def parse_json(raw: bytes, name: str) -> Any:
-    """Strict JSON from bytes; ReportError with one line on anything else."""
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+
+
+def decode(raw: bytes, name: str) -> str:
+    """The text of a report's bytes; ReportError when it is empty or not UTF-8 text."""
     if not raw.strip():
         raise ReportError(f"{name}: is empty, not a report")
     if raw.startswith(b"\xef\xbb\xbf"):
@@ -148,21 +176,74 @@ def parse_json(raw: bytes, name: str) -> Any:
     if b"\x00" in raw[:1 << 20]:
         raise ReportError(f"{name}: looks like binary data, not a JSON report")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReportError(f"{name}: looks like binary data, not a JSON report (invalid UTF-8 at byte {exc.start})") from None
+
+
+def _decode_at(text: str, pos: int, name: str) -> tuple[Any, int]:
+    """The JSON document that starts at text[pos] and where it ends; ReportError, one line."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return _DECODER.raw_decode(text, pos)
     except ReportError as exc:
         raise ReportError(f"{name}: not a valid report: {exc}") from None
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()):
+        # Cut at the end, or inside a string that runs to the end (a string holds no raw newline).
+        if exc.pos >= len(text.rstrip()) or (exc.msg.startswith("Unterminated string")
+                                             and "\n" not in text[exc.pos:].rstrip()):
             raise ReportError(f"{name}: the JSON ends early (line {exc.lineno}): the file is truncated") from None
         raise ReportError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
-        raise ReportError(f"{name}: JSON nested too deeply") from None
+        raise ReportError(f"{name}: JSON nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python will parse
         raise ReportError(f"{name}: not a valid report: {exc}") from None
+
+
+def parse_json(raw: bytes, name: str) -> Any:
+    """Strict JSON from bytes, one document; ReportError with one line on anything else."""
+    text = decode(raw, name)
+    start = len(text) - len(text.lstrip())
+    data, end = _decode_at(text, start, name)
+    if text[end:].strip():
+        line = text.count("\n", 0, end) + 1
+        raise ReportError(f"{name}: not valid JSON: extra data after the report at line {line}")
+    _check_depth(data, name)
+    return data
+
+
+_FLAT_RESULT = frozenset({"probe", "title", "device", "status", "summary", "duration_s", "details", "findings",
+                          "exit_code", "signal", "stderr_tail"})
+
+
+def _check_depth(data: Any, name: str) -> None:
+    """ReportError when arrays and objects nest deeper than MAX_DEPTH (iteratively: a walk of a
+    deep document must not be the RecursionError it is checking for). A result with only the
+    fields a scan writes holds containers only in `details` and `findings` (the others are
+    checked to be scalars by `check_structure`): only those two are walked there."""
+    if type(data) is not dict and type(data) is not list:
+        return
+    stack = [(data, 1)]
+    pop, push = stack.pop, stack.append
+    results = data.get("results") if type(data) is dict else None
+    while stack:
+        value, depth = pop()
+        if value is results and type(value) is list:
+            for r in value:
+                if type(r) is dict and r.keys() <= _FLAT_RESULT:
+                    for inner in (r.get("details"), r.get("findings")):
+                        if type(inner) is dict or type(inner) is list:
+                            push((inner, depth + 2))
+                elif type(r) is dict or type(r) is list:
+                    push((r, depth + 1))
+            continue
+        if depth > MAX_DEPTH:
+            raise ReportError(f"{name}: JSON nested too deeply (more than {MAX_DEPTH} levels)")
+        for item in (value.values() if type(value) is dict else value):
+            kind = type(item)
+            if kind is dict or kind is list:
+                if depth >= MAX_DEPTH:
+                    raise ReportError(f"{name}: JSON nested too deeply (more than {MAX_DEPTH} levels)")
+                push((item, depth + 1))
 
 
 def schema_version(data: Any, name: str) -> tuple[int, int]:
@@ -176,6 +257,8 @@ def schema_version(data: Any, name: str) -> tuple[int, int]:
     if kind == "gpudoctor-run":
         raise ReportError(f"{name}: is the record of a `gpudoctor run`, not a scan report; the bundle's "
                           "scan.json is its report and ticket.md its rendering")
+    if kind == "gpudoctor-fleet-report":
+        raise ReportError(f"{name}: is a fleet report, not a node's scan report: merge the node reports it came from")
     if kind is not None:
         raise ReportError(f"{name}: not a gpudoctor scan report (kind {str(kind)[:40]!r})")
     if version is None or not (isinstance(tool, dict) and tool.get("name") == "gpudoctor"):
@@ -214,9 +297,58 @@ def _optional(value: Any, kind: type | tuple[type, ...]) -> bool:
     return value is None or (isinstance(value, kind) and not isinstance(value, bool))
 
 
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+_RESULT_STR = ("title", "summary")
+_KEBAB_SEEN: set[str] = set()  # probe ids already seen to be kebab-case (a node report repeats 12 of them)
+
+
+def _result_ok(r: dict[str, Any]) -> bool:
+    """The fast path of `_check_result`: every field right, no message built."""
+    duration = r.get("duration_s")
+    details = r.get("details", {})
+    exit_code = r.get("exit_code")
+    return (type(r.get("title", "")) is str and type(r.get("summary", "")) is str
+            and (duration is None or (type(duration) in (int, float) and duration >= 0 and math.isfinite(duration)))
+            and (r.get("device") is None or type(r.get("device")) is str)
+            and (details is None or type(details) is dict)
+            and (exit_code is None or type(exit_code) is int)
+            and (r.get("signal") is None or type(r.get("signal")) is str)
+            and (r.get("stderr_tail") is None or type(r.get("stderr_tail")) is str))
+
+
+def _check_result(r: dict[str, Any], at: str) -> None:
+    for key in _RESULT_STR:
+        _expect(isinstance(r.get(key, ""), str), f"{at}.{key}", "not a string")
+    _expect(r.get("duration_s") is None or (_number(r["duration_s"]) and r["duration_s"] >= 0),
+            f"{at}.duration_s", "not a non-negative number")
+    _expect(_optional(r.get("device"), str), f"{at}.device", "not a string or null")
+    _expect(isinstance(r.get("details", {}), dict) or r.get("details") is None, f"{at}.details", "not an object")
+    _expect(_optional(r.get("exit_code"), int), f"{at}.exit_code", "not an integer or null")
+    _expect(_optional(r.get("signal"), str), f"{at}.signal", "not a string or null")
+    _expect(_optional(r.get("stderr_tail"), str), f"{at}.stderr_tail", "not a string or null")
+
+
+def _check_findings(findings: Any, at: str) -> None:
+    _expect(isinstance(findings, list), f"{at}.findings", "not a list")
+    for j, f in enumerate(findings):
+        fat = f"{at}.findings[{j}]"
+        _expect(isinstance(f, dict), fat, f"is {_type_name(f)}, not an object")
+        _expect(isinstance(f.get("kb_id"), str) and bool(_KEBAB.match(f["kb_id"])), f"{fat}.kb_id", "missing or not a kebab-case id")
+        _expect(isinstance(f.get("summary", ""), str), f"{fat}.summary", "not a string")
+        evidence = f.get("evidence", [])
+        _expect(isinstance(evidence, list) and all(isinstance(e, str) for e in evidence), f"{fat}.evidence", "not a list of strings")
+        _expect(f.get("severity", "error") in SEVERITIES, f"{fat}.severity", "must be error or warning")
+        steps = f.get("steps", [])
+        _expect(isinstance(steps, list) and all(isinstance(s, str) for s in steps), f"{fat}.steps", "not a list of strings")
+
+
 def check_structure(data: dict[str, Any]) -> None:
-    """Every field the renderers and `diff` rely on, with its type; ReportError naming the first
-    field that is wrong (as a JSON path)."""
+    """Every field the renderers, `diff` and `merge` rely on, with its type; ReportError naming the
+    first field that is wrong (as a JSON path). Messages are made only for a field that is wrong:
+    a node report has ~100 results, and a merge reads 1,000 reports."""
     _expect(isinstance(data.get("tool"), dict) and isinstance(data["tool"].get("version"), str), "tool.version", "missing or not a string")
     _expect(isinstance(data.get("created"), str), "created", "missing or not a string")
     _expect(isinstance(data.get("redacted"), bool), "redacted", "missing or not true/false")
@@ -227,44 +359,37 @@ def check_structure(data: dict[str, Any]) -> None:
     _expect(isinstance(results, list), "results", "missing or not a list")
     counts = {s: 0 for s in STATUSES}
     for i, r in enumerate(results):
-        at = f"results[{i}]"
-        _expect(isinstance(r, dict), at, f"is {_type_name(r)}, not an object")
-        _expect(isinstance(r.get("probe"), str) and bool(_KEBAB.match(r["probe"])), f"{at}.probe", "missing or not a kebab-case id")
-        _expect(r.get("status") in STATUSES, f"{at}.status", f"must be one of {', '.join(STATUSES)}")
-        counts[r["status"]] += 1
-        for key in ("title", "summary"):
-            _expect(isinstance(r.get(key, ""), str), f"{at}.{key}", "not a string")
-        _expect(r.get("duration_s") is None or (_number(r["duration_s"]) and r["duration_s"] >= 0),
-                f"{at}.duration_s", "not a non-negative number")
-        _expect(_optional(r.get("device"), str), f"{at}.device", "not a string or null")
-        _expect(isinstance(r.get("details", {}), dict) or r.get("details") is None, f"{at}.details", "not an object")
-        _expect(_optional(r.get("exit_code"), int), f"{at}.exit_code", "not an integer or null")
-        _expect(_optional(r.get("signal"), str), f"{at}.signal", "not a string or null")
-        _expect(_optional(r.get("stderr_tail"), str), f"{at}.stderr_tail", "not a string or null")
-        findings = r.get("findings", [])
-        _expect(isinstance(findings, list), f"{at}.findings", "not a list")
-        for j, f in enumerate(findings):
-            fat = f"{at}.findings[{j}]"
-            _expect(isinstance(f, dict), fat, f"is {_type_name(f)}, not an object")
-            _expect(isinstance(f.get("kb_id"), str) and bool(_KEBAB.match(f["kb_id"])), f"{fat}.kb_id", "missing or not a kebab-case id")
-            _expect(isinstance(f.get("summary", ""), str), f"{fat}.summary", "not a string")
-            evidence = f.get("evidence", [])
-            _expect(isinstance(evidence, list) and all(isinstance(e, str) for e in evidence), f"{fat}.evidence", "not a list of strings")
-            _expect(f.get("severity", "error") in SEVERITIES, f"{fat}.severity", "must be error or warning")
-            steps = f.get("steps", [])
-            _expect(isinstance(steps, list) and all(isinstance(s, str) for s in steps), f"{fat}.steps", "not a list of strings")
+        if type(r) is not dict:
+            raise ReportError(f"results[{i}]: is {_type_name(r)}, not an object")
+        probe = r.get("probe")
+        if probe not in _KEBAB_SEEN:
+            if type(probe) is not str or not _KEBAB.match(probe):
+                raise ReportError(f"results[{i}].probe: missing or not a kebab-case id")
+            if len(_KEBAB_SEEN) < 4096:
+                _KEBAB_SEEN.add(probe)
+        status = r.get("status")
+        if status not in counts or type(status) is not str:
+            raise ReportError(f"results[{i}].status: must be one of {', '.join(STATUSES)}")
+        counts[status] += 1
+        if not _result_ok(r):
+            _check_result(r, f"results[{i}]")
+        findings = r.get("findings")
+        if findings is not None and (type(findings) is not list or findings):
+            _check_findings(findings, f"results[{i}]")
     check_environment(data["environment"])
     summary = data.get("summary")
-    if summary is not None:
-        _expect(isinstance(summary, dict), "summary", "not an object")
-        for status in STATUSES:
-            claimed = summary.get(status, 0)
-            _expect(isinstance(claimed, int) and not isinstance(claimed, bool), f"summary.{status}", "not an integer")
-            if claimed != counts[status]:
-                raise ReportError(
-                    f"summary.{status}: says {claimed} but the results hold {counts[status]}: "
-                    "the report was truncated or edited"
-                )
+    _expect(isinstance(summary, dict), "summary", "missing or not an object (a count per status)")
+    for key, claimed in summary.items():
+        _expect(key in counts, f"summary.{str(key)[:40]}", f"is not a status ({', '.join(STATUSES)})")
+        _expect(_count(claimed), f"summary.{key}", "not a non-negative integer")
+    for status in STATUSES:
+        _expect(status in summary, f"summary.{status}", "missing")
+        claimed = summary[status]
+        if claimed != counts[status]:
+            raise ReportError(
+                f"summary.{status}: says {claimed} but the results hold {counts[status]}: "
+                "the report was truncated or edited"
+            )
 
 
 def _strings(value: Any) -> bool:
@@ -343,58 +468,162 @@ def check_environment(env: dict[str, Any]) -> None:
         _expect(all(isinstance(v, str) for v in env_vars.values()), f"{at}.env_vars", "values must be strings")
 
 
-def _jsonschema_validator() -> Any:
-    try:
-        import jsonschema  # noqa: F401  (a test dependency; optional at run time)
-        from jsonschema import Draft202012Validator
-    except Exception:
-        return None
-    from gpudoctor.reports.render import load_schema
-
-    return Draft202012Validator(load_schema())
-
-
-_validator_cache: list[Any] = []
-
-
-def validator_used() -> str:
-    """"jsonschema+structure" when jsonschema is importable here, else "structure"."""
-    return "jsonschema+structure" if _get_validator() is not None else "structure"
-
-
-def _get_validator() -> Any:
-    if not _validator_cache:
-        _validator_cache.append(_jsonschema_validator())
-    return _validator_cache[0]
-
-
-def validate(data: dict[str, Any], name: str, *, use_jsonschema: bool = True) -> tuple[int, int]:
+def validate(data: Any, name: str) -> tuple[int, int]:
     """Version and structure of a report's dict (see the module docstring); returns (major, minor)."""
     version = schema_version(data, name)
     try:
         check_structure(data)
     except ReportError as exc:
         raise ReportError(f"{name}: not a valid report: {exc}") from None
-    ours_minor = int(SCHEMA_VERSION.split(".")[1])
-    validator = _get_validator() if use_jsonschema else None
-    if validator is not None and version[1] <= ours_minor:
-        from jsonschema.exceptions import best_match
-
-        error = best_match(validator.iter_errors(data))
-        if error is not None:
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".") or "(top level)"
-            raise ReportError(f"{name}: does not follow the report schema at {where}: {str(error.message)[:200]}")
     return version
 
 
-def load_report(path: str, *, use_jsonschema: bool = True) -> dict[str, Any]:
+def load_report(path: str) -> dict[str, Any]:
     """Read, parse and validate a report's dict; ReportError (one line) for anything unusable.
     `report` builds its `Report` from the dict once it is made safe to print (`sanitize`); `diff`
     reads the dict itself."""
     name = "standard input" if path == "-" else path
     data = parse_json(read_bytes(path), name)
-    validate(data, name, use_jsonschema=use_jsonschema)
+    validate(data, name)
     return data
+
+
+# --- many reports: merge -------------------------------------------------------------------------
+
+
+def load_documents(path: str, *, limit: int = MAX_REPORT_BYTES, skim: bool = True) -> list[Document]:
+    """Every report in the file `path` ("-": standard input), each validated as `load_report`
+    validates one; a file that cannot be read at all is one Document with its error."""
+    label = "standard input" if path == "-" else path
+    try:
+        raw = read_bytes(path, limit=limit)
+    except ReportError as exc:
+        return [Document(label, error=_reason(str(exc), label))]
+    return parse_documents(raw, label, skim=skim)
+
+
+def parse_documents(raw: bytes | str, label: str, *, skim: bool = True) -> list[Document]:
+    """Every JSON document in `raw` (one report, or several written one after another; lines
+    before a report, such as a scan's progress, are skipped), each validated. With `skim`, a
+    report as gpudoctor writes it loses its results' details and findings before it is parsed
+    (`skim_bytes`), unless the cut text does not parse, when the whole is read."""
+    data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    if skim:
+        cut = skim_bytes(data)
+        if cut is not None:
+            # Only what is kept is decoded: bytes the merge skips are neither decoded nor parsed.
+            # Anything wrong in the kept part (invalid UTF-8, a NUL, a JSON error) is said by the
+            # whole reading below, in the words `gpudoctor report` uses.
+            try:
+                out = _documents(cut.decode("utf-8-sig"), label, strict_json=True)
+            except (UnicodeDecodeError, _NotJSON):
+                out = None
+            if out is not None:
+                return out
+    try:
+        text = decode(data, label)
+    except ReportError as exc:
+        return [Document(label, error=_reason(str(exc), label))]
+    return _documents(text, label, strict_json=False)
+
+
+class _NotJSON(Exception):
+    """The cut text of a skimmed report does not parse: read the whole instead."""
+
+
+def _documents(text: str, label: str, *, strict_json: bool) -> list[Document]:
+    """The reports in `text`, each read and validated. `strict_json`: `text` is a skimmed report
+    laid out as gpudoctor writes one; a JSON error raises _NotJSON (the caller reads the whole)."""
+    out: list[Document] = []
+    pos, n = 0, 0
+    length = len(text)
+    while True:
+        while pos < length and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= length:
+            break
+        if text[pos] != "{":
+            # Lines before a report (srun -o without -e puts the scan's progress lines there).
+            brace = text.find("\n{", pos)
+            if brace >= 0:
+                pos = brace + 1
+        n += 1
+        name = label if n == 1 else f"{label}#{n}"
+        try:
+            try:
+                doc, pos = _decode_at(text, pos, name)
+            except ReportError as exc:
+                if strict_json and ("not valid JSON" in str(exc) or "ends early" in str(exc)):
+                    raise _NotJSON() from None  # the cut text: the whole is read, its error said as report says it
+                raise
+            _check_depth(doc, name)
+        except ReportError as exc:  # where this document ends is not known: the rest is not read
+            out.append(Document(name, error=_reason(str(exc), name)))
+            break
+        try:
+            validate(doc, name)
+        except ReportError as exc:
+            out.append(Document(name, error=_reason(str(exc), name)))
+            continue
+        out.append(Document(name, data=doc))
+    if not out:
+        out.append(Document(label, error="is empty, not a report"))
+    return out
+
+
+def _reason(message: str, name: str) -> str:
+    """A ReportError's line without the name it starts with (a Document has the name apart)."""
+    prefix = f"{name}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
+
+
+# The skim. A node report is ~330 KB of pretty JSON, most of it probe `details`, `findings` and
+# stderr tails that the merge never reads: of each result it reads the probe, device, status and
+# summary, and matmul-sanity's throughput. `render_json` writes indent=2 and each result's keys in
+# a fixed order (probe, title, device, status, summary, duration_s, details, findings, exit_code,
+# signal, stderr_tail), so a result's `details` opens with a line `      "details": ` and the
+# result closes at the first later line that is exactly four spaces and `}`: a JSON string cannot
+# hold a raw newline, and everything inside is indented deeper. `skim_bytes` cuts each result from
+# its `details` to its end (keeping matmul-sanity's details, which close at the first line of six
+# spaces and `}`), on the raw bytes, before decoding; text not laid out like that (other
+# indentation, compact JSON, a hand edit) is parsed whole.
+_RESULTS_MARK = b'\n  "results": [\n'
+_DETAILS = b'\n      "details": '
+_DETAILS_OPEN = b'\n      "details": {\n'
+_DETAILS_END = b"\n      }"
+_RESULT_END = b"\n    }"
+_EMPTY_DETAILS = b'\n      "details": {}'
+_PROBE_LINE = b'\n      "probe": '
+_KEEP_DETAILS = b'\n      "probe": "matmul-sanity"'
+
+
+def skim_bytes(raw: bytes) -> bytes | None:
+    """`raw` with each result cut after its duration (details, but matmul-sanity's, findings, exit
+    code, signal and stderr tail), or None when it is not laid out as gpudoctor writes a report."""
+    pos = raw.find(_RESULTS_MARK)
+    if pos < 0:
+        return None
+    parts = [raw[:pos]]
+    append = parts.append
+    find, rfind, startswith = raw.find, raw.rfind, raw.startswith
+    start = find(_DETAILS, pos)
+    while start >= 0:
+        close = find(_RESULT_END, start)
+        if close < 0:
+            return None
+        head = rfind(_PROBE_LINE, pos, start)
+        if head >= 0 and startswith(_KEEP_DETAILS, head) and startswith(_DETAILS_OPEN, start):
+            end = find(_DETAILS_END, start + len(_DETAILS_OPEN) - 1, close)
+            if end < 0:
+                return None
+            append(raw[pos:end + len(_DETAILS_END)])  # matmul-sanity's throughput is read
+        else:
+            append(raw[pos:start])
+            append(_EMPTY_DETAILS)
+        pos = close
+        start = find(_DETAILS, pos)
+    append(raw[pos:])
+    return b"".join(parts)
 
 
 def sanitize(value: Any, limit: int = MAX_STRING) -> Any:

@@ -36,8 +36,20 @@ _KEY_QUALIFIERS = frozenset({
 _CAMEL = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
+# Suffixes that qualify a secret's name without changing what it holds: api_token_2,
+# DB_PASSWORD_PROD, github_token_v2, SECRET_KEY_OLD.
+_NAME_SUFFIXES = frozenset({
+    "prod", "production", "dev", "develop", "staging", "stage", "test", "qa", "old", "new", "backup", "bak",
+    "local", "live", "primary", "secondary", "main", "default", "ci", "read", "write", "rw", "ro",
+})
+
+
 def _name_parts(name: str) -> list[str]:
-    return [p.lower() for p in _CAMEL.split(name) if p]
+    parts = [p.lower() for p in _CAMEL.split(name) if p]
+    while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] in _NAME_SUFFIXES
+                              or (parts[-1][0] == "v" and parts[-1][1:].isdigit())):
+        parts.pop()
+    return parts
 
 
 # Words before "token" that name a piece of text, not a credential: a tokenizer's pad_token,
@@ -162,28 +174,6 @@ _PEM_BODY_LINE = re.compile(r"[A-Za-z0-9+/=]{40,128}")
 _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,30}://)([^\s/?#@'\"<>\\]{1,256})@")
 _GENERIC_URL_USERS = frozenset({"git", "anonymous", "ftp", "hg", "svn"})
 
-# Well-known token formats, each anchored on its literal prefix at the start of a run.
-_B = r"(?<![A-Za-z0-9_-])"
-_TOKEN_FORMATS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple((pre, re.compile(p)) for pre, p in (
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _B + r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,255}"),
-    (("github_pat_",), _B + r"github_pat_[A-Za-z0-9_]{22,255}"),
-    (("glpat-",), _B + r"glpat-[A-Za-z0-9_-]{20,255}"),
-    (("hf_",), _B + r"hf_(?=[A-Za-z0-9]{0,63}[A-Z])(?=[A-Za-z0-9]{0,63}[a-z])[A-Za-z0-9]{30,64}"),
-    (("sk-",), _B + r"sk-(?:proj-|ant-[a-z]{2,8}\d{2}-|svcacct-|admin-)?(?=[A-Za-z0-9_-]{0,199}[0-9])[A-Za-z0-9_-]{20,255}"),
-    (("sk_", "rk_"), _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,255}"),
-    (("xox",), _B + r"xox[abposre]-[A-Za-z0-9-]{10,255}"),
-    (("xapp-",), _B + r"xapp-\d-[A-Za-z0-9-]{10,255}"),
-    (("AIza",), _B + r"AIza[0-9A-Za-z_-]{35}"),
-    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
-     _B + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])"),
-    (("npm_",), _B + r"npm_[A-Za-z0-9]{36}"),
-    (("pypi-",), _B + r"pypi-AgE[A-Za-z0-9_-]{50,1024}"),
-    (("eyJ",), _B + r"eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}"),
-    (("dop_v1_",), _B + r"dop_v1_[a-f0-9]{64}"),
-    ((":AA",), r"(?<![\w.-])\d{8,10}:AA[A-Za-z0-9_-]{33}"),  # Telegram bot token
-))
-# Webhook URLs whose path is the secret: keep the service's host, hide the path.
-_WEBHOOK = re.compile(r"(hooks\.slack\.com/services/|discord(?:app)?\.com/api/webhooks/)([A-Za-z0-9/_-]{10,512})")
 # An AWS secret access key has no prefix: 40 characters of base64 with upper, lower and digits (a
 # 40-hex git commit has no upper case). Forty such characters are also a piece of many paths
 # (`tmp.6xjVbbjJMQ/main/tests/fixtures/run/dtype` in /tmp/tmp.6xjVbbjJMQ/main/tests/...), so the
@@ -200,24 +190,17 @@ _SECRET_CONTEXT = re.compile(
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(?:bearer|basic)[ \t]{1,4}(?=[A-Za-z0-9._~+/=-]{8})")
 _BEARER_VALUE = re.compile(r"[A-Za-z0-9._~+/=-]{8,4096}")
 
-# A secret-like word followed by a separator: the anchor; the key's full name is read backwards
-# from it and the value forwards, in Python.
-# (`token == x` is a comparison, not a value.)
-_KV_ANCHOR = re.compile(
-    r"(?i)(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?|cookie|sessionid|id"
-    r"|authorization|auth)(?=['\"]?\]?[ \t]{0,4}(?::=|=>|:|=(?!=)))"
-)
 _HOST_ANCHOR = re.compile(
     r"(?i)(?:hostnames?|host|hosts|nodename|node_?list|node|addr|address|endpoint|server|peer|server_?name|comm_?id)"
     r"(?=['\"]?\]?[ \t]{0,4}(?::=|:|=(?!=)))"
 )
-_KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_.-]{16,4096}")
 _KV_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "cookie", "session", "auth")
+_FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][A-Za-z0-9_-]{0,63})(=|[ \t]{1,4})")
+_KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_.-]{16,4096}")
 _LOOSE_WORDS = ("token", "key", "secret", "passw", "credential")
 _HOST_WORDS = ("host", "node", "addr", "endpoint", "server", "peer", "comm_id", "commid")
 _INTERNAL_SUFFIXES = (".internal", ".local", ".lan", ".corp", ".intranet", ".localdomain", ".cluster", ".home.arpa")
 _SEP = re.compile(r"['\"]?\]?[ \t]{0,4}(?::=|=>|:|=(?!=))[ \t]{0,4}")
-_FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][A-Za-z0-9_-]{0,63})(=|[ \t]{1,4})")
 # "token 0123abcd..." without a separator: a long run with letters and digits right after the word.
 # "key" alone is no evidence ("fx graph cache hit for key fatexag6p..."): only a qualified one is
 # ("API key", "secret key"), as in `is_secret_name`.
@@ -226,7 +209,6 @@ _LOOSE = re.compile(
     r"(?=[A-Za-z0-9+/_=-]{20})"
 )
 _LOOSE_VALUE = re.compile(r"[A-Za-z0-9+/_.=-]{20,4096}")
-_QUERY = re.compile(r"(?i)[?&](sig|signature|key|code|auth|x-amz-signature|x-goog-signature|x-goog-credential)=(?=[^&#\s'\"<>])")
 _NETRC = re.compile(r"(?<![\w-])login[ \t]{1,8}\S{1,256}[ \t]{1,8}password[ \t]{1,8}(?=\S)")
 _WANDB_LOGIN = re.compile(r"(?<![\w-])wandb[ \t]{1,4}login(?:[ \t]{1,4}--?[A-Za-z-]{1,20}){0,4}[ \t]{1,4}(?=[A-Za-z0-9_]{20})")
 _WORD_VALUE = re.compile(r"[A-Za-z0-9_]{20,256}")
@@ -388,6 +370,8 @@ def _code_value(text: str, start: int, end: int) -> bool:
         return True  # a call or a subscript
     if value in _CODE_WORDS:
         return True
+    if value == "new" and re.match(r"[ \t]{1,4}[A-Za-z_$]", text[end:end + 6]):
+        return True  # JavaScript, Java, C#: `password = new Uint8Array(32)`
     low = value.lower()
     if low in _SECRET_WORDS or ("_" in value or "." in value) and _any(low.rsplit(".", 1)[-1], _KV_WORDS):
         return True  # a variable named for what it holds: token, hf_token, raw_api_key, constants.OAUTH_CLIENT_SECRET

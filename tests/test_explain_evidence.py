@@ -366,14 +366,15 @@ def test_markdown_report():
     assert "from line 2 of the input" in md
     assert "**Cause:**" in md and "**Fix:**" in md
     assert "```" in md and "### References" in md
-    assert render_markdown(Explanation((), None)).startswith("No known failure matched")
+    assert render_markdown(Explanation((), None)) == "No GPU failure recognised in this text.\n"
 
 
 def test_json_1_1_fields():
     matches = tuple(match_text(DSA_LOG))
     data = json.loads(to_json(Explanation(matches, matches[0].entry)))
-    assert data["schema_version"] == "1.1"
+    assert data["schema_version"] == "1.2"  # 1.2 adds fields; every 1.1 field is still there
     assert data["verdict"]["id"] == "device-side-assert" and data["verdict"]["line"] == 2
+    assert data["verdict"]["kind"] == "entry" and data["platform"] is None and data["unrecognised"] is None
     assert data["verdict"]["cause"] and data["verdict"]["quick_fix"]
     first = data["matches"][0]
     assert first["line"] == 2 and first["evidence_lines"][0] == 2

@@ -98,7 +98,7 @@ def torchrun_report(rank, plan, **kw):
     r["results"] = [x for x in r["results"] if x["device"] == f"cuda:{rank % per_node}"]
     r["environment"]["fleet"]["launcher"].update(kind="torchrun", rank=rank, local_rank=rank % per_node,
                                                  world_size=plan["world_size"], local_world_size=per_node)
-    return r
+    return fs.recount(r)
 
 
 def analyse(records, plan, markers=None, backend="gloo"):

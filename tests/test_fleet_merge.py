@@ -14,7 +14,8 @@ import fleet_synth as fs
 from gpudoctor.cli import app
 from gpudoctor.fleet import render
 from gpudoctor.fleet.merge import MergeInputError, MergeOptions, merge_files, merge_reports
-from gpudoctor.fleet.readers import _parse, _skim, load_inputs, parse_documents
+from gpudoctor.fleet.readers import load_inputs, parse_documents
+from gpudoctor.reports.load import parse_documents as parse_whole, skim_bytes as _skim
 
 runner = CliRunner()
 
@@ -187,6 +188,7 @@ def test_redaction_names_nodes_by_pseudonyms_everywhere(tmp_path):
     reports = [fs.node_report(i, nodes=4) for i in (0, 1, 3)]
     reports[1]["results"][0]["summary"] = "failed on gpu001.cluster.example and gpu003 (see /home/alice/log)"
     reports[1]["results"][0]["status"] = "fail"
+    fs.recount(reports[1])
     paths = []
     for r, i in zip(reports, (0, 1, 3)):
         path = tmp_path / f"scan-gpu{i:03d}.json"  # srun -o 'scan-%N.json'
@@ -239,7 +241,7 @@ def test_unreadable_reports_are_findings_and_the_rest_is_merged(tmp_path):
     validate(data)
     bad = {f["culprits"][0]["detail"].rsplit("/", 1)[-1]: f["summary"] for f in by_kind(data, "unreadable-report")}
     assert set(bad) == {"truncated.json", "junk.json", "other.json", "empty.json", "fleet.json"}
-    assert "truncated" in bad["truncated.json"] and "UTF-8" in bad["junk.json"]
+    assert "truncated" in bad["truncated.json"] and "binary data" in bad["junk.json"]
     assert "not a gpudoctor scan report" in bad["other.json"] and "fleet report" in bad["fleet.json"]
     assert data["inputs"] == {"reports": 2, "unreadable": 5}
     assert not by_kind(data, "missing-node")
@@ -256,11 +258,15 @@ def test_nothing_readable_or_no_such_file_is_an_input_error(tmp_path):
         merge_files([str(tmp_path / "empty")])
 
 
-def test_a_fifo_is_refused_without_blocking(tmp_path):
+def test_a_fifo_is_refused_without_blocking(tmp_path, monkeypatch):
+    # Read as `gpudoctor report` reads one: a pipe nobody writes to ends at the idle deadline.
+    from gpudoctor.reports import load
+
+    monkeypatch.setattr(load, "READ_TIMEOUT_S", 0.3)
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
     [loaded] = load_inputs([str(fifo)])
-    assert "not a regular file" in loaded.error
+    assert loaded.data is None and "nothing more arrived" in loaded.error
 
 
 def test_a_folder_and_concatenated_reports(tmp_path):
@@ -288,14 +294,15 @@ def test_the_fast_path_reads_what_a_full_parse_reads():
     skimmed = json.loads(_skim(pretty.encode()))
     full = json.loads(pretty)
     for r in full["results"]:
-        r["findings"] = []
+        for key in ("findings", "exit_code", "signal", "stderr_tail"):
+            del r[key]  # not read by the merge: cut before parsing
         if r["probe"] != "matmul-sanity":
             r["details"] = {}
     assert skimmed == full
     # Compact JSON has no such shape: parsed whole, same merge.
     assert _skim(json.dumps(report).encode()) is None
     a = merge_reports(parse_documents(pretty, "a"), MergeOptions())
-    b = merge_reports(_parse(json.dumps(report), "a"), MergeOptions())
+    b = merge_reports(parse_whole(json.dumps(report), "a", skim=False), MergeOptions())
     assert a["findings"] == b["findings"] and a["stragglers"] == b["stragglers"]
 
 
@@ -321,6 +328,7 @@ def test_untrusted_text_stays_text(tmp_path):
     hostile = "\x1b]52;c;ZXZpbA==\x07[bold red]pwn[/] <img src=x> | `code` \x1b[31mred"
     reports = [fs.node_report(i, nodes=2) for i in range(2)]
     reports[1]["results"][0].update(status="fail", summary=hostile)
+    fs.recount(reports[1])
     reports[1]["environment"]["torch"]["version"] = "2.13.0 " + hostile
     data = merged(tmp_path, reports)
     from io import StringIO
@@ -454,3 +462,38 @@ def test_a_long_driver_text_stays_short_in_the_node_table(tmp_path):
     assert "unavailable: NVML" in lines[row]
     assert "NVIDIA runtime" not in "\n".join(lines[row:row + 4])  # the whole text is in JSON
     assert "NVIDIA runtime" in json.dumps(data)
+
+
+def _without_torch(report: dict, reason: str = "ModuleNotFoundError: No module named 'torch'") -> dict:
+    """A node whose scan ran with an interpreter that has no torch, as the runner reports it: a
+    failed torch-import result, every probe skipped, no torch section."""
+    env = report["environment"]
+    env["torch"] = {"available": False, "reason": reason}
+    env["packages"]["installed"].pop("torch", None)
+    python = "/opt/env/bin/python"
+    skipped = [dict(r, status="skipped", summary=f"torch could not be imported in {python} (see torch-import)",
+                    findings=[], details={}) for r in report["results"]]
+    report["results"] = [{"probe": "torch-import", "title": "import torch in the target interpreter", "device": None,
+                          "status": "fail", "summary": f"torch cannot be imported in {python}: {reason}",
+                          "duration_s": 0.0, "details": {}, "findings": [
+                              {"kb_id": "torch-import-failed", "summary": reason, "evidence": [reason],
+                               "severity": "error"}],
+                          "exit_code": None, "signal": None, "stderr_tail": None}] + skipped
+    return fs.recount(report)
+
+
+def test_a_node_without_torch_is_one_finding_that_says_so(tmp_path):
+    """One cause, one finding: node-3's torch cannot be imported. Not a version drift for torch, its
+    CUDA, cuDNN and NCCL, nor a verdict drift for every probe it skipped for want of torch."""
+    reports = [fs.node_report(i, nodes=4) for i in range(3)] + [_without_torch(fs.node_report(3, nodes=4))]
+    data = merged(tmp_path, reports)
+    validate(data)
+    failed = by_kind(data, "scan-failed")
+    assert len(failed) == 1 and failed[0]["severity"] == "error"
+    assert failed[0]["summary"].startswith("node-3 rank 3: torch cannot be imported (ModuleNotFoundError: No module")
+    assert places(failed[0]) == {("node-3", 3, None)}
+    assert not [f for f in data["findings"] if f["kind"] == "version-drift" and f["key"] in
+                ("torch", "torch CUDA", "cuDNN", "NCCL", "package torch")]
+    assert by_kind(data, "verdict-drift") == []
+    assert data["findings"][0] is failed[0] or data["findings"][0] == failed[0]
+    assert "node-3 rank 3: torch cannot be imported" in data["verdict"]

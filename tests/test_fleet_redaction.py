@@ -56,6 +56,7 @@ def test_node_names_are_the_same_in_every_field_and_file_name(tmp_path, monkeypa
     reports = [fs.node_report(i, nodes=5, nccl_env=dict(comm)) for i in range(4)]
     reports[2]["environment"]["fleet"]["nccl"]["env"]["NCCL_COMM_ID"] = "gpu003.cluster.example:29500"
     reports[2]["results"][0].update(status="fail", summary="timeout talking to gpu001 (gpu003-ib0 down)")
+    fs.recount(reports[2])
     paths = []
     for i, r in enumerate(reports):
         path = tmp_path / f"scan-gpu{i:03d}.json"  # srun -o 'scan-%N.json'

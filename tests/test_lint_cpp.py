@@ -766,3 +766,22 @@ def test_fresh_tensors_at_the_python_call_protect_the_kernel(tmp_path):
     assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
     x = next(m for _, _, m in got if m.startswith("x."))
     assert f"m.py:{marked_lines(py)[0]} passes `x`" in x
+
+
+def test_a_method_call_of_the_same_name_is_not_a_call_of_the_binding(tmp_path):
+    """`buf.ring_init(s.t())` is a method of some object, not the extension's ring_init: it
+    neither protects nor blames the binding's argument."""
+    other = """
+        import torch
+        from ringlib._ext import ring_init
+
+
+        def reset(states, pool):
+            ring_init(torch.zeros(8))
+            for s in states:
+                pool.ring_init(s.t())
+        """
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY,
+             "ringlib/reset.py": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert [m for _, _, m in got if m.startswith("state.")] == []

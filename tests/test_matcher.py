@@ -45,9 +45,24 @@ def ranked(entries, text):
 
 
 def test_generic_trailer_alone_is_the_answer():
-    out = ranked([GENERIC, SPECIFIC], "RuntimeError: CUDA error: unspecified launch failure\n" + TRAILER)
+    out = ranked([GENERIC, SPECIFIC], TRAILER)
     assert [m.id for m in out] == ["trailer"]
     assert not out[0].context_only and out[0].confidence >= 0.9
+
+
+def test_a_trailer_never_outranks_a_primary_error_no_entry_explains():
+    """Rule 10: the primary error line decides. Nothing here explains `unspecified launch
+    failure`, so the trailer is context and the matcher names the error it could not explain."""
+    m = Matcher([GENERIC, SPECIFIC])
+    m.feed("RuntimeError: CUDA error: unspecified launch failure\n" + TRAILER)
+    out = m.results()
+    assert [x.id for x in out] == ["trailer"] and out[0].context_only and out[0].confidence <= 0.25
+    assert m.unrecognised is not None
+    assert (m.unrecognised.message, m.unrecognised.line) == ("unspecified launch failure", 1)
+    # An entry that explains the primary line keeps the trailer as its context, as before.
+    m = Matcher([GENERIC, SPECIFIC])
+    m.feed("RuntimeError: CUDA error: misaligned address\n" + TRAILER)
+    assert [x.id for x in m.results()] == ["specific", "trailer"] and m.unrecognised is None
 
 
 def test_generic_trailer_beside_a_specific_error_is_only_context():
@@ -127,7 +142,7 @@ def test_opening_words_on_a_line_another_template_matches_whole_are_a_look_alike
     # Alone (nothing else reads the line), the same opening words still count, as a fragment.
     retyped = "CUBLAS_STATUS_NOT_SUPPORTED when calling scaled_gemm, see the log above\n"
     out = ranked([fp8, blas], retyped)
-    assert [m.id for m in out] == ["fp8"] and out[0].confidence < 0.9
+    assert [m.id for m in out] == ["fp8"] and out[0].score < 0.9  # the raw score: a fragment weighs less
 
 
 def test_chunked_input_equals_whole_input():

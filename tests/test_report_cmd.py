@@ -168,10 +168,23 @@ def _bad_reports(tmp_path) -> dict[str, tuple[str, str]]:
     cases["deep nesting"] = ("[" * 100_000 + "]" * 100_000, "nested too deeply")
     cases["run record"] = ({"schema_version": "1.0", "kind": "gpudoctor-run", "tool": {"name": "gpudoctor"}},
                            "record of a `gpudoctor run`")
-    extra = sample()
-    extra["unexpected"] = 1
-    if load.validator_used() == "jsonschema+structure":
-        cases["schema-only error"] = (extra, "does not follow the report schema")
+    nosummary = sample()
+    del nosummary["summary"]
+    cases["missing summary"] = (nosummary, "summary: missing")
+    negative = sample()
+    negative["summary"]["fail"] = -1
+    cases["negative count"] = (negative, "summary.fail: not a non-negative integer")
+    nover = sample()
+    del nover["schema_version"]
+    cases["missing version"] = (nover, "no schema_version")
+    cases["utf-8 bom and a bad status"] = ("\ufeff" + text.replace('"status": "pass"', '"status": "bogus"', 1),
+                                          "must be one of")
+    deep = sample()
+    node: dict = deep["results"][0]["details"]
+    for _ in range(70):
+        node["x"] = {}
+        node = node["x"]
+    cases["nesting a walk would trip on"] = (deep, "nested too deeply")
     out = {}
     for i, (name, (content, phrase)) in enumerate(cases.items()):
         out[name] = (write(tmp_path, content, f"bad{i}.json"), phrase)
@@ -210,30 +223,27 @@ def test_every_bad_report_is_one_line_and_exit_2_for_report_and_diff(tmp_path):
     (("env_vars", "CUDA_VISIBLE_DEVICES"), 0),
     (("system", "container"), True),
 ])
-@pytest.mark.parametrize("use_jsonschema", [True, False])
-def test_environment_shapes_the_renderers_read_are_checked(tmp_path, monkeypatch, path, value, use_jsonschema):
+def test_environment_shapes_the_renderers_read_are_checked(tmp_path, path, value):
     data = sample()
     target = data["environment"]
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
-    if not use_jsonschema:
-        monkeypatch.setattr(load, "_get_validator", lambda: None)
     r = invoke("report", write(tmp_path, data))
     assert r.exit_code == 2, r.output
     assert r.stderr.count("\n") == 1 and "environment." in r.stderr
 
 
-def test_structural_checks_without_jsonschema():
+def test_structural_checks_name_the_field():
     data = sample()
-    load.validate(data, "x", use_jsonschema=False)
+    load.validate(data, "x")
     data["results"][0]["exit_code"] = "zero"
     with pytest.raises(load.ReportError, match=r"results\[0\].exit_code"):
-        load.validate(data, "x", use_jsonschema=False)
+        load.validate(data, "x")
     data = sample()
     data["results"][0]["findings"] = [{"kb_id": "Not Kebab", "summary": "", "evidence": [], "severity": "error"}]
     with pytest.raises(load.ReportError, match="kb_id"):
-        load.validate(data, "x", use_jsonschema=False)
+        load.validate(data, "x")
 
 
 def test_too_large_and_silent_pipes_are_bounded(tmp_path):

@@ -1,8 +1,10 @@
-"""Rewrite the documentation's generated tables from the code: the knowledge-base index in
-docs/explain.md (`gpudoctor list --markdown`) and the lint rule table in docs/lint.md
-(`gpudoctor.lint.rules.markdown_table()`), each between its markers.
+"""Rewrite the documentation's generated tables from the code: the knowledge-base index and the
+platform notices in docs/explain.md (`gpudoctor list --markdown`, `platforms_table()`) and the
+lint rule table in docs/lint.md (`gpudoctor.lint.rules.markdown_table()`), each between its
+markers.
 
-    python tools/docs_tables.py     # tests/test_project.py and tests/test_lint_rules.py fail when a table is stale
+    python tools/docs_tables.py     # tests/test_project.py, tests/test_explain_notices.py and
+                                    # tests/test_lint_rules.py fail when a table is stale
 """
 from __future__ import annotations
 
@@ -20,6 +22,23 @@ def index_table() -> str:
     return out.stdout
 
 
+def platforms_table() -> str:
+    """The platforms `explain` recognises (gpudoctor.knowledge.notices): what replaces the CUDA
+    advice there, and the entries that still apply on each."""
+    from gpudoctor.knowledge import kb, notices
+
+    entries = kb.load_all()
+    rows = ["| id | platform | entries that apply there too | first step |", "| --- | --- | --- | --- |"]
+    for notice in sorted(notices.platforms(), key=lambda n: n.id):
+        applies = [e.id for e in entries if e.platforms and notice.id in e.platforms]
+        everywhere = sum(1 for e in entries if not e.platforms)
+        listed = ", ".join(f"`{i}`" for i in applies)
+        cell = f"{listed} and the {everywhere} PyTorch-level entries" if applies else f"the {everywhere} PyTorch-level entries"
+        step = notice.steps[0].replace("|", "\\|")
+        rows.append(f"| `{notice.id}` | {notice.name} | {cell} | {step} |")
+    return "\n".join(rows) + "\n"
+
+
 def rules_table() -> str:
     from gpudoctor.lint.rules import markdown_table
 
@@ -27,7 +46,8 @@ def rules_table() -> str:
 
 
 # page, marker name, the table's text
-TABLES = (("explain.md", "kb-index", index_table), ("lint.md", "lint-rules", rules_table))
+TABLES = (("explain.md", "kb-index", index_table), ("explain.md", "platforms", platforms_table),
+          ("lint.md", "lint-rules", rules_table))
 
 
 def rewrite(text: str, marker: str, table: str) -> str:

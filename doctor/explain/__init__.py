@@ -4,7 +4,10 @@ in an id, a pasted traceback or a log.
 - `textinput`: reads pasted text, a log file or standard input in bounded memory and time.
 - `pasted`: undoes what quoting, wrapping and escaping did to text on its way to the user.
 - `matcher`: which knowledge-base entries the text matches, ordered (its docstring states the
-  rules).
+  rules), the platform the text comes from and the primary CUDA error no entry explains.
+- `notice`: reads those two beside the entries (platform markers, primary error lines).
+- `calibration`: the confidence a verdict states, fitted on labelled texts (`calibration.json`,
+  written by tools/calibrate.py).
 - `explanation`: the result object and its renderers (text, JSON, Markdown).
 
 May import: the standard library, gpudoctor.knowledge (the entries, their index and predicates),

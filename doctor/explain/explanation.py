@@ -1,17 +1,32 @@
 """`gpudoctor explain` and `gpudoctor list`: the result object and its renderers (text for people,
 JSON, Markdown). Renderers write what they are given; they decide nothing about exit codes.
 
+A verdict is one of three kinds: a knowledge-base entry (`entry`), the platform the text comes
+from when no entry applies there (`platform`: ROCm/HIP, ZLUDA, Apple MPS, Intel XPU, Ascend NPU...,
+gpudoctor.knowledge.notices), or a primary CUDA error that no entry explains (`unrecognised`).
+A platform can also accompany an entry verdict, when the entry applies there too (an NPU
+out-of-memory is the caching allocator's, as on CUDA).
+
 The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in docs/explain.md) is
 
-    {"schema_version": "1.1",
-     "verdict": {"id", "title", "cause", "quick_fix", "confidence", "line"} | null,
+    {"schema_version": "1.2",
+     "verdict": {"kind", "id", "title", "cause", "quick_fix", "confidence", "confident", "line",
+                 "platform", "error"} | null,
+     "platform": {"id", "name", "line", "evidence", "cuda_entries_apply", "summary", "steps",
+                  "references"} | null,
+     "unrecognised": {"error", "line", "evidence", "summary", "steps", "references"} | null,
      "matches": [{"id", "title", "confidence", "evidence", "captures", "context_only",
-                  "line", "evidence_lines", "decided_by", "against", "consequence_of"}, ...],
-     "entry": {...the best match's full entry, or the entry asked for by id...} | null}
+                  "line", "evidence_lines", "decided_by", "against", "consequence_of",
+                  "not_on_platform"}, ...],
+     "entry": {...the verdict's full entry, or the entry asked for by id...} | null}
 
-with `matches` best first and empty when nothing known matched. 1.1 added `verdict`, the
-per-match `line`, `evidence_lines`, `decided_by`, `against` and `consequence_of`, and the entry's
-`cause`, `quick_fix` and `misconceptions`; every 1.0 field is still there.
+with `matches` best first and empty when nothing known matched. 1.2 added `verdict.kind`
+("entry", "platform", "unrecognised"; `id` is null for the last two), `verdict.confident`,
+`verdict.platform`, `verdict.error`, the `platform` and `unrecognised` objects and each match's
+`not_on_platform`; `verdict` is no longer the best match when a rule demoted it (then `entry` is
+null too). 1.1 added `verdict`, the per-match `line`, `evidence_lines`, `decided_by`, `against`
+and `consequence_of`, and the entry's `cause`, `quick_fix` and `misconceptions`; every 1.0 field
+is still there.
 
 Text output puts the verdict first (the best match, its cause and fix, and where in the input it
 was found), then the other matches, then the entry in full. Everything taken from the user's text
@@ -21,8 +36,6 @@ line whole; prose wraps at word boundaries with hanging indents.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.knowledge.kb import Entry
@@ -30,23 +43,56 @@ from gpudoctor.knowledge.kb import Entry
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpudoctor.explain.matcher import Match
+    from gpudoctor.explain.matcher import Analysis, Match
+    from gpudoctor.explain.notice import PlatformFinding, PrimaryError
 
-EXPLAIN_SCHEMA_VERSION = "1.1"
+EXPLAIN_SCHEMA_VERSION = "1.2"
+CONFIDENT = 0.5  # stated confidence from which a verdict is "confident" (docs/explain.md, reliability)
 _EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut it at words)
 _VERDICT_EVIDENCE = 3
 
 
-@dataclass(frozen=True)
 class Explanation:
-    """What explain found: ranked matches for text, or the one entry asked for by id."""
+    """What explain found: ranked matches for text, or the one entry asked for by id; the platform
+    the text comes from and a primary CUDA error no entry explains (module docstring). A plain
+    class rather than a dataclass: `explain ID` creates it on every run, and start-up counts."""
 
-    matches: tuple[Match, ...]
-    entry: Entry | None  # the best match's entry, or the entry named by id
+    __slots__ = ("matches", "entry", "platform", "unrecognised")
+
+    def __init__(self, matches: tuple[Match, ...], entry: Entry | None, platform: PlatformFinding | None = None,
+                 unrecognised: PrimaryError | None = None) -> None:
+        self.matches = matches
+        self.entry = entry  # the verdict's entry, or the entry named by id
+        self.platform = platform
+        self.unrecognised = unrecognised
+
+    def __repr__(self) -> str:
+        return f"Explanation(matches={self.matches!r}, entry={self.entry and self.entry.id!r})"
 
     @property
     def best(self) -> Match | None:
-        return self.matches[0] if self.matches else None
+        """The match the verdict rests on: the best one, when the verdict is an entry."""
+        if self.entry is None or not self.matches or self.matches[0].entry.id != self.entry.id:
+            return None
+        return self.matches[0]
+
+    @property
+    def kind(self) -> str | None:
+        """"entry", "platform", "unrecognised", or None when nothing was recognised."""
+        if self.entry is not None:
+            return "entry"
+        if self.platform is not None:
+            return "platform"
+        if self.unrecognised is not None:
+            return "unrecognised"
+        return None
+
+
+def from_analysis(analysis: Analysis) -> Explanation:
+    """The explanation of a matched text: the verdict's entry when an entry is the answer."""
+    verdict = analysis.verdict
+    entry = verdict.entry.advised(verdict.captures) if verdict else None  # the fix with the text's versions
+    return Explanation(analysis.matches, entry, analysis.platform, analysis.unrecognised)
 
 
 def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
@@ -63,7 +109,13 @@ def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
         dataclasses.replace(m, evidence=scrub(m.evidence), decided_by=scrub(m.decided_by), against=scrub(m.against),
                             captures={k: redactor.text(v) if isinstance(v, str) else v for k, v in m.captures.items()})
         for m in explanation.matches)
-    return dataclasses.replace(explanation, matches=matches)
+    platform, unrecognised = explanation.platform, explanation.unrecognised
+    if platform is not None:
+        platform = platform.with_evidence(redactor.text(platform.evidence))
+    if unrecognised is not None:
+        unrecognised = type(unrecognised)(redactor.text(unrecognised.message), unrecognised.line,
+                                          redactor.text(unrecognised.evidence))
+    return Explanation(matches, explanation.entry, platform, unrecognised)
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -92,34 +144,84 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
 
 
 def _verdict(explanation: Explanation) -> dict[str, Any] | None:
-    best, entry = explanation.best, explanation.entry
-    if entry is None:
+    best, entry, kind = explanation.best, explanation.entry, explanation.kind
+    if kind is None:
         return None
-    return {
-        "id": entry.id,
-        "title": entry.title,
-        "cause": entry.cause,
-        "quick_fix": entry.quick_fix,
-        "confidence": round(best.confidence, 3) if best else None,
-        "line": (best.first_line or None) if best else None,
-    }
+    platform = explanation.platform.id if explanation.platform is not None else None
+    if kind == "entry":
+        assert entry is not None
+        confidence = round(best.confidence, 3) if best else None
+        return {"kind": "entry", "id": entry.id, "title": entry.title, "cause": entry.cause,
+                "quick_fix": entry.quick_fix, "confidence": confidence,
+                "confident": (confidence >= CONFIDENT) if confidence is not None else None,
+                "line": (best.first_line or None) if best else None, "platform": platform, "error": None}
+    notice, line, error = _notice(explanation)
+    return {"kind": kind, "id": None, "title": _notice_title(explanation), "cause": notice.summary,
+            "quick_fix": notice.steps[0], "confidence": None, "confident": None, "line": line or None,
+            "platform": platform, "error": error}
+
+
+def _notice(explanation: Explanation) -> tuple[Any, int, str | None]:
+    """(the notice, its line, the unrecognised error's message) of a platform or unrecognised verdict."""
+    from gpudoctor.knowledge.notices import UNRECOGNISED, load
+
+    if explanation.kind == "platform":
+        assert explanation.platform is not None
+        return explanation.platform.notice, explanation.platform.line, None
+    assert explanation.unrecognised is not None
+    return load(UNRECOGNISED), explanation.unrecognised.line, explanation.unrecognised.message
+
+
+def verdict_title(explanation: Explanation) -> str:
+    """One line naming the verdict: an entry's title, or what the notice says."""
+    if explanation.kind == "entry":
+        assert explanation.entry is not None
+        return explanation.entry.title
+    return _notice_title(explanation) if explanation.kind else NOTHING_RECOGNISED
+
+
+def _notice_title(explanation: Explanation) -> str:
+    if explanation.kind == "platform":
+        assert explanation.platform is not None
+        return f"Not NVIDIA CUDA: {explanation.platform.notice.name}"
+    assert explanation.unrecognised is not None
+    return f"Unrecognised CUDA error: {explanation.unrecognised.message}"
+
+
+def _unrecognised_dict(explanation: Explanation) -> dict[str, Any] | None:
+    from gpudoctor.knowledge.notices import UNRECOGNISED, load
+
+    error = explanation.unrecognised
+    if error is None:
+        return None
+    notice = load(UNRECOGNISED)
+    return {"error": error.message, "line": error.line or None, "evidence": error.evidence,
+            "summary": notice.summary, "steps": list(notice.steps),
+            "references": [{"title": r.title, "url": r.url} for r in notice.references]}
 
 
 def to_dict(explanation: Explanation) -> dict[str, Any]:
     """The public JSON shape of the module docstring."""
+    platform = explanation.platform
     return {
         "schema_version": EXPLAIN_SCHEMA_VERSION,
         "verdict": _verdict(explanation),
+        "platform": platform.to_dict(cuda_entries_apply=explanation.entry is not None) if platform else None,
+        "unrecognised": _unrecognised_dict(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
     }
 
 
 def to_json(explanation: Explanation) -> str:
+    import json
+
     return json.dumps(to_dict(explanation), indent=2, ensure_ascii=False)
 
 
 def list_json(entries: tuple[Entry, ...]) -> str:
+    import json
+
     return json.dumps(
         {"schema_version": EXPLAIN_SCHEMA_VERSION,
          "entries": [{"id": e.id, "title": e.title, "aliases": list(e.aliases)} for e in entries]},
@@ -174,22 +276,24 @@ def _print_unwrapped(console: Console, text: Any) -> None:
     console.print(text, soft_wrap=True)
 
 
-def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
+def render_verdict(matches: tuple[Match, ...], console: Console, platform: PlatformFinding | None = None,
+                   entry: Entry | None = None) -> None:
     """The best match first (id, confidence and line; its cause, fix and the lines that decided
-    it), then one line for every other match."""
+    it, the platform when the text names one), then one line for every other match. `entry`: the
+    best match's entry with its advice filled in from the text (`Entry.advised`)."""
     if not matches:
         return
     from rich.text import Text
 
     best = matches[0]
+    entry = entry or best.entry
     head = Text()
     head.append(best.id, style="bold")  # ids are never truncated: a line of their own
     console.print(head, soft_wrap=True)
-    console.print(_t(best.entry.title))
-    found = Text(f"{best.confidence:.0%} confident, from {_where(best)} of the input", style="dim")
-    console.print(found)
-    _hanging(console, "Cause:", best.entry.cause, 7, label_style="bold")
-    _hanging(console, "Fix:", best.entry.quick_fix, 7, label_style="bold")
+    console.print(_t(entry.title))
+    console.print(Text(_confidence_line(best), style="dim"))
+    _hanging(console, "Cause:", entry.cause, 7, label_style="bold")
+    _hanging(console, "Fix:", entry.quick_fix, 7, label_style="bold")
     shown: set[str] = set()
     for text, line in list(zip(best.evidence, best.lines))[:_VERDICT_EVIDENCE]:
         _hanging(console, f"line {line}:" if line else "Fact:", text, 7, label_style="dim", untrusted=True)
@@ -202,27 +306,91 @@ def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
         _hanging(console, "Against:", text, 7, label_style="dim", untrusted=True)
     for line in best.context_lines():
         _hanging(console, "•", line, 7, untrusted=True)
+    if platform is not None:
+        _hanging(console, "Platform:", f"{platform.notice.name} ({_at(platform.line)}); this entry applies "
+                 "there too, with the platform's own tools (below).", 10, label_style="bold")
+    _render_others(matches[1:], console, shown)
 
-    others = matches[1:]
-    if others:
-        console.print()
-        console.print(_t("Also in this text", style="bold"))
-        for rank, m in enumerate(others, 2):
-            if m.consequence_of:
-                root_id, root_line = m.consequence_of
-                note = f"after {root_id}" + (f" (line {root_line})" if root_line else "") + ": a consequence"
-            elif m.context_only:
-                note = "context"
-            else:
-                note = f"{m.confidence:.0%}"
-            head = Text(f"{rank}. ")
-            head.append(m.id, style="bold")
-            head.append(f"  {note}, {_where(m)}", style="dim")
-            console.print(head, soft_wrap=True)
-            first = next((t for t in m.evidence if t not in shown), None)
-            if first is not None:
-                _hanging(console, "", first, 4, untrusted=True)
-                shown.add(first)
+
+def _confidence_line(m: Match) -> str:
+    said = f"{m.confidence:.0%} confident" if m.confidence >= CONFIDENT else \
+        f"only {m.confidence:.0%} confident (a guess, not a diagnosis)"
+    return f"{said}, from {_where(m)} of the input"
+
+
+def _at(line: int) -> str:
+    return f"line {line}" if line else "the text"
+
+
+def _render_others(others: tuple[Match, ...], console: Console, shown: set[str], start: int = 2,
+                   title: str = "Also in this text") -> None:
+    """One line for each other match (why it is not the verdict), with its first line not shown yet."""
+    if not others:
+        return
+    from rich.text import Text
+
+    console.print()
+    console.print(_t(title, style="bold"))
+    for rank, m in enumerate(others, start):
+        if m.consequence_of:
+            root_id, root_line = m.consequence_of
+            note = f"after {root_id}" + (f" (line {root_line})" if root_line else "") + ": a consequence"
+        elif m.not_on:
+            note = f"does not apply on {m.not_on}"
+        elif m.context_only:
+            note = "context"
+        else:
+            note = f"{m.confidence:.0%}"
+        head = Text(f"{rank}. ")
+        head.append(m.id, style="bold")
+        head.append(f"  {note}, {_where(m)}", style="dim")
+        console.print(head, soft_wrap=True)
+        first = next((t for t in m.evidence if t not in shown), None)
+        if first is not None:
+            _hanging(console, "", first, 4, untrusted=True)
+            shown.add(first)
+
+
+def render_notice(explanation: Explanation, console: Console) -> None:
+    """A verdict that is no entry: the platform the text comes from (the CUDA entries do not apply
+    there) or a primary CUDA error no entry explains: what says so, what it means, the steps that
+    apply, the matches that are only context, and the references."""
+    from rich.text import Text
+
+    notice, line, _ = _notice(explanation)
+    evidence = explanation.platform.evidence if explanation.kind == "platform" else explanation.unrecognised.evidence
+    head = Text()
+    head.append(_notice_title(explanation), style="bold")
+    console.print(head, soft_wrap=True)
+    console.print(Text(f"from {_at(line)} of the input", style="dim"))
+    _hanging(console, f"line {line}:" if line else "Text:", evidence, 7, label_style="dim", untrusted=True)
+    _hanging(console, "Cause:", notice.summary, 7, label_style="bold")
+    console.print()
+    console.print(_t("What applies" if explanation.kind == "platform" else "First steps", style="bold"))
+    for n, step in enumerate(notice.steps, 1):
+        _hanging(console, f"{n}.", step, 3)
+    _render_others(explanation.matches, console, {evidence}, 1,
+                   "Read as NVIDIA CUDA (does not apply here)" if explanation.kind == "platform" else "Also in this text")
+    _render_references(console, notice.references)
+
+
+def _render_references(console: Console, references: Any) -> None:
+    from rich.text import Text
+
+    console.print()
+    console.print(_t("References", style="bold"))
+    for ref in references:
+        _hanging(console, "•", ref.title, 2)
+        _print_unwrapped(console, Text("  " + ref.url))
+
+
+def render_platform_steps(platform: PlatformFinding, console: Console) -> None:
+    """What the platform's own tools are, after an entry that applies there too."""
+    console.print()
+    console.print(_t(f"On {platform.notice.name}", style="bold"))
+    _hanging(console, "", platform.notice.summary, 0)
+    for n, step in enumerate(platform.notice.steps, 1):
+        _hanging(console, f"{n}.", step, 3)
 
 
 def render_entry(entry: Entry, console: Console, match: Match | None = None) -> None:
@@ -269,11 +437,7 @@ def render_entry(entry: Entry, console: Console, match: Match | None = None) -> 
             _hanging(console, "• Claim:", item.claim, 16)
             _hanging(console, "  What is true:", item.truth, 16)
             _hanging(console, "  Evidence:", item.evidence, 16, label_style="dim")
-    console.print()
-    console.print(_t("References", style="bold"))
-    for ref in entry.references:
-        _hanging(console, "•", ref.title, 2)
-        _print_unwrapped(console, Text("  " + ref.url))
+    _render_references(console, entry.references)
     if entry.probes:
         console.print()
         console.print(_t("Check this machine:", style="dim"))
@@ -281,12 +445,18 @@ def render_entry(entry: Entry, console: Console, match: Match | None = None) -> 
 
 
 def render_text(explanation: Explanation, console: Console) -> None:
-    """The whole text report: the verdict first, then the entry in full."""
-    render_verdict(explanation.matches, console)
+    """The whole text report: the verdict first, then the entry in full (or the notice that is
+    the verdict: the platform, an unrecognised CUDA error)."""
+    if explanation.kind in ("platform", "unrecognised"):
+        render_notice(explanation, console)
+        return
+    if explanation.entry is not None and explanation.best is not None:
+        render_verdict(explanation.matches, console, explanation.platform, explanation.entry)
+        console.print()  # the verdict and the full story are two blocks
     if explanation.entry is not None:
-        if explanation.matches:
-            console.print()  # the verdict and the full story are two blocks
         render_entry(explanation.entry, console, explanation.best)
+        if explanation.platform is not None:
+            render_platform_steps(explanation.platform, console)
 
 
 def _lexer(name: str):
@@ -315,12 +485,14 @@ def render_markdown(explanation: Explanation) -> str:
 
     out: list[str] = []
     best, entry = explanation.best, explanation.entry
+    if explanation.kind in ("platform", "unrecognised"):
+        return _notice_markdown(explanation)
     if entry is None:
-        return "No known failure matched this text. Run `gpudoctor scan` to probe this machine.\n"
+        return NOTHING_RECOGNISED + ".\n"
     out.append(f"## `{entry.id}`: {md.prose(entry.title)}")
     out.append("")
     if best is not None:
-        out.append(f"**{best.confidence:.0%} confident**, from {_where(best)} of the input.")
+        out.append(f"**{_confidence_line(best)}.**")
         out.append("")
     out.append(f"**Cause:** {md.prose(entry.cause)}")
     out.append("")
@@ -334,13 +506,11 @@ def render_markdown(explanation: Explanation) -> str:
                 out.append(f"- decided by: {md.text(fact, _EVIDENCE_CHARS)}")
         for line in best.context_lines():
             out.append(f"- in your text: {md.text(line, _EVIDENCE_CHARS)}")
-    if len(explanation.matches) > 1:
-        out += ["", "### Also in this text", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
-        for rank, m in enumerate(explanation.matches[1:], 2):
-            label = "context" if m.context_only else f"{m.confidence:.0%}"
-            if m.consequence_of:
-                label = f"consequence of `{m.consequence_of[0]}`"
-            out.append(f"| {rank} | `{m.id}` | {label} | {m.first_line or ''} |")
+        if explanation.platform is not None:
+            p = explanation.platform
+            out.append(f"- platform: {md.prose(p.notice.name)} ({_at(p.line)}: {md.text(p.evidence, _EVIDENCE_CHARS)});"
+                       " this entry applies there too")
+    out += _others_markdown(explanation.matches[1:], 2)
     out += ["", "### What happened", "", md.prose(entry.what), "", "### Why", ""]
     out += [f"- {md.prose(w)}" for w in entry.why]
     out += ["", "### Fix", ""]
@@ -359,4 +529,42 @@ def render_markdown(explanation: Explanation) -> str:
     out += [f"- [{md.prose(r.title).replace(']', ')')}](<{r.url}>)" for r in entry.references]
     if entry.probes:
         out += ["", "Check this machine: `gpudoctor scan " + " ".join(f"--probe {p}" for p in entry.probes) + "`"]
+    if explanation.platform is not None:
+        notice = explanation.platform.notice
+        out += ["", f"### On {md.prose(notice.name)}", "", md.prose(notice.summary), ""]
+        out += [f"{n}. {md.prose(step)}" for n, step in enumerate(notice.steps, 1)]
+    return "\n".join(out) + "\n"
+
+
+NOTHING_RECOGNISED = "No GPU failure recognised in this text"
+
+
+def _others_markdown(others: tuple[Match, ...], start: int, title: str = "Also in this text") -> list[str]:
+    if not others:
+        return []
+    out = ["", f"### {title}", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
+    for rank, m in enumerate(others, start):
+        label = "context" if m.context_only else f"{m.confidence:.0%}"
+        if m.not_on:
+            label = f"does not apply on {m.not_on}"
+        if m.consequence_of:
+            label = f"consequence of `{m.consequence_of[0]}`"
+        out.append(f"| {rank} | `{m.id}` | {label} | {m.first_line or ''} |")
+    return out
+
+
+def _notice_markdown(explanation: Explanation) -> str:
+    from gpudoctor.reports import markdown as md
+
+    notice, line, _ = _notice(explanation)
+    platform = explanation.kind == "platform"
+    evidence = explanation.platform.evidence if platform else explanation.unrecognised.evidence
+    out = [f"## {md.text(_notice_title(explanation), _EVIDENCE_CHARS)}", "",
+           f"From {_at(line)} of the input: {md.text(evidence, _EVIDENCE_CHARS)}", "",
+           f"**Cause:** {md.prose(notice.summary)}", "", f"### {'What applies' if platform else 'First steps'}", ""]
+    out += [f"{n}. {md.prose(step)}" for n, step in enumerate(notice.steps, 1)]
+    out += _others_markdown(explanation.matches, 1, "Read as NVIDIA CUDA (does not apply here)" if platform
+                            else "Also in this text")
+    out += ["", "### References", ""]
+    out += [f"- [{md.prose(r.title).replace(']', ')')}](<{r.url}>)" for r in notice.references]
     return "\n".join(out) + "\n"

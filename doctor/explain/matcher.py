@@ -13,8 +13,8 @@ The rules, in order:
    characters either side of its keyword, so no line, however long, costs more than a bounded
    amount of work. A pasted error (one chunk up to `_LAZY_CHARS`) is matched against only the
    entries with a keyword in it (`entries_for`, through the keyword index of gpudoctor.knowledge.kbcache),
-   which ranks it exactly as all entries would: an entry without a keyword in the text has no
-   line to match.
+   and the platform notices with a marker keyword in it, which ranks it exactly as all entries
+   would: an entry without a keyword in the text has no line to match.
 2. A pattern matches a line when its regex does and its line predicate (`when`, see
    gpudoctor.knowledge.predicates) holds for the values it captured; the predicate's sentence becomes the
    deciding evidence. When no pattern of a keyword matches a line that holds it, a message
@@ -49,8 +49,21 @@ The rules, in order:
    consequences. A `consequence` entry (an NCCL watchdog timeout) that follows another confident
    specific match is demoted the same way; among consequence entries alone, the first one is the
    root of the later ones.
-8. Ranking: context last, then confidence, then the entry's `specificity`, then the first line.
-   Matches under `_MIN_CONFIDENCE` are dropped.
+8. Ranking: context last, then the raw score, then the entry's `specificity`, then the first
+   line. Matches under `_MIN_CONFIDENCE` are dropped.
+9. Another platform. When the text says it comes from PyTorch on another platform (ROCm/HIP,
+   ZLUDA, MPS, XPU, NPU...: gpudoctor.explain.notice reads the markers of
+   gpudoctor.knowledge.notices), an entry that does not apply there (its `platforms`) is only
+   context, whatever its score; the platform is the verdict when no entry that applies is left.
+10. The primary error decides. A primary CUDA error line (`CUDA error: <message>`, `cuda runtime
+   error (N) : ...`, `CUDA_ERROR_*`) that no anchor explains (a `trailer` template explains
+   nothing, nor does a `wrapper` entry) outranks a generic or wrapper verdict: that verdict
+   becomes context and the matcher reports the error as unrecognised. Rule 10 applies only where
+   rule 9 found no platform.
+11. Stated confidence. Every match keeps its raw score (rule 5) as `score`, which the rules above
+   compare; a match that is not context states the calibrated confidence of
+   gpudoctor.explain.calibration (fitted on labelled texts by tools/calibrate.py), context its
+   capped score.
 
 Standard library only; no torch, no rich.
 """
@@ -62,7 +75,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpudoctor.knowledge.kb import Entry, Pattern, load_all
+from gpudoctor.explain import calibration
+from gpudoctor.explain.notice import NoticeScan, PlatformFinding, PrimaryError
 from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
+from gpudoctor.knowledge.notices import Notice
 from gpudoctor.knowledge.predicates import ENTRY_FACTS, LINE_PREDICATES
 
 _MAX_LINES_PER_KEYWORD = 64
@@ -99,6 +115,10 @@ class Match:
     against: tuple[str, ...] = ()  # lines that argued against it
     consequence_of: tuple[str, int] | None = None  # (id, line) of the root cause this follows
     first_line: int = 0
+    score: float = 0.0  # the raw score (rule 5) the rules compare; `confidence` is what is stated
+    anchor_kinds: frozenset[str] = frozenset()  # how its anchors matched (rule 11's features)
+    support: int = 0  # how many patterns and facts, besides anchors, matched
+    not_on: str | None = None  # the platform of the text, where this entry does not apply (rule 9)
 
     @property
     def id(self) -> str:
@@ -128,6 +148,7 @@ class Match:
             "against": list(self.against),
             "consequence_of": ({"id": self.consequence_of[0], "line": self.consequence_of[1] or None}
                                if self.consequence_of else None),
+            "not_on_platform": self.not_on,
         }
 
 
@@ -138,8 +159,11 @@ class _Hits:
 
     weights: dict[str, float] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
-    evidence: dict[str, int] = field(default_factory=dict)  # text -> first line
+    # line -> (the text quoted for it, quoted by an anchor): one quote per line, an anchor's first
+    evidence: dict[int, tuple[str, bool]] = field(default_factory=dict)
     anchor_lines: list[int] = field(default_factory=list)
+    explaining: set[int] = field(default_factory=set)  # lines an anchor explains (not a trailer)
+    anchor_kinds: set[str] = field(default_factory=set)  # template, pattern, fragment, support-needing
     captures: dict[str, str] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
@@ -206,7 +230,7 @@ class _LineIndex:
 class Matcher:
     """Feed text in chunks that end at line boundaries (`feed`), then `results()`."""
 
-    def __init__(self, entries: Iterable[Entry] | None = None) -> None:
+    def __init__(self, entries: Iterable[Entry] | None = None, platforms: Iterable[Notice] | None = None) -> None:
         self.entries = tuple(entries) if entries is not None else load_all()
         # keyword -> [(entry, pattern)], so each keyword is searched once per chunk.
         self._by_keyword: dict[tuple[str, bool], list[tuple[Entry, Pattern]]] = {}
@@ -214,6 +238,12 @@ class Matcher:
             for pattern in entry.patterns:
                 key = (pattern.keyword, pattern.ignore_case)
                 self._by_keyword.setdefault(key, []).append((entry, pattern))
+        # The platform markers and primary-error keywords (gpudoctor.explain.notice) are found in
+        # the same pass (rules 9 and 10).
+        self._scan = NoticeScan(platforms)
+        self._side = set(self._scan.keys())
+        for key in self._side:
+            self._by_keyword.setdefault(key, [])
         # Most keywords are found by one regex pass per chunk over a trie of their "needles" (a
         # stretch of each keyword that starts with a character rare in ordinary text), so the
         # search skips most positions at C speed; the rest (and case-insensitive keywords) are
@@ -240,6 +270,10 @@ class Matcher:
         self._whole_lines: set[int] = set()  # offsets (in the chunk) of lines a template matched whole
         self._shapes: set[str] = set()  # candidate lines already tried, digits made 0
         self._lines_before = 0
+        self.raw = False  # True: state the raw score, not the calibrated confidence (tools/calibrate.py)
+        self.platform: PlatformFinding | None = None  # set by results() (rule 9)
+        self.unrecognised: PrimaryError | None = None  # set by results() (rule 10)
+        self.unexplained: tuple[PrimaryError, ...] = ()  # every primary error no anchor explains
 
     def feed(self, chunk: str) -> None:
         chunk, original, spans = _prepared(chunk)
@@ -262,6 +296,8 @@ class Matcher:
                         if at >= 0:
                             lines_seen[key] += 1
                             self._try_line(self._by_keyword[key], window, start, index, at)
+                            if key in self._side:
+                                self._notice(key, window, start, index)
         lowered: str | None = None
         for key in self._plain:
             keyword, folded = key
@@ -274,12 +310,22 @@ class Matcher:
                 haystack = lowered
             for start, window, at in _windows_containing(haystack, chunk, keyword, _MAX_LINES_PER_KEYWORD):
                 self._try_line(self._by_keyword[key], window, start, index, at)
+                if key in self._side:
+                    self._notice(key, window, start, index)
         for entry, pattern, weight, window, start, idx in self._deferred:
             if start not in self._whole_lines:
                 self._record(entry, pattern, weight, window, start, idx)
         self._deferred.clear()
         self._whole_lines.clear()
         self._lines_before += chunk.count("\n")
+
+    def _notice(self, key: tuple[str, bool], window: str, start: int, index: _LineIndex) -> None:
+        line = index.line_of(start)
+
+        def quote() -> str:
+            return _evidence_text(index.original_lines(line, 1) or window, None)
+
+        self._scan.try_line(key, window, line, quote)
 
     def _keywords_in(self, window: str) -> list[tuple[str, bool]]:
         """The keywords whose needle occurs in `window`, in knowledge-base order. The trie finds
@@ -354,7 +400,11 @@ class Matcher:
         if pattern.cut is not None:
             regex, fewest = pattern.cut
             m = regex.search(window, 0 if pattern.reach is None else max(0, at - pattern.reach))
-            if m is not None and len(m.group(0).rstrip()) >= fewest:
+            # The message cut short is the one at the keyword that selected the line, not a
+            # look-alike start of it elsewhere ("... PyTorch installation." is no cut-short
+            # "PyTorch 2.1 with CUDA 12.1 (you have ...)").
+            if m is not None and len(m.group(0).rstrip()) >= fewest and m.start() <= at \
+                    and m.end() >= at + len(pattern.keyword):
                 decided = None
                 if pattern.when is not None:
                     decided = LINE_PREDICATES[pattern.when](m.groupdict())
@@ -387,8 +437,14 @@ class Matcher:
         if pattern.role == "anchor":
             hits.anchor_lines.append(line)
             hits.free_anchor = hits.free_anchor or not pattern.needs_support
-        if text not in hits.evidence and len(hits.evidence) < _MAX_HITS_KEPT:
-            hits.evidence[text] = line
+            if not pattern.trailer and not entry.wrapper:
+                hits.explaining.add(line)
+            hits.anchor_kinds.add("fragment" if weight < pattern.weight else "needs-support" if pattern.needs_support
+                                  else "template" if pattern.template is not None else "pattern")
+        anchor = pattern.role == "anchor"
+        known = hits.evidence.get(line)
+        if (known is None and len(hits.evidence) < _MAX_HITS_KEPT) or (known is not None and anchor and not known[1]):
+            hits.evidence[line] = (text, anchor)
         if decided and decided not in hits.decided_by:
             hits.decided_by.append(decided)
         if m is not None:
@@ -406,7 +462,10 @@ class Matcher:
                 continue
             weights = [w for name, w in hits.weights.items() if hits.roles[name] != "against"]
             supports = sum(1 for name in hits.weights if hits.roles[name] == "support")
-            evidence = sorted(hits.evidence.items(), key=lambda kv: kv[1])[:_MAX_EVIDENCE_PER_ENTRY]
+            # The line the verdict rests on (its first anchor) first, then the others in order.
+            first = min(hits.anchor_lines)
+            evidence = sorted(((text, line) for line, (text, _) in hits.evidence.items()),
+                              key=lambda tl: (tl[1] != first, tl[1]))[:_MAX_EVIDENCE_PER_ENTRY]
             decided = list(hits.decided_by)
             for fact in entry.facts:
                 derived = ENTRY_FACTS[fact](hits.captures)
@@ -429,15 +488,26 @@ class Matcher:
             matches[entry_id] = Match(
                 entry, confidence, tuple(t for t, _ in evidence), dict(hits.captures),
                 lines=tuple(n for _, n in evidence), decided_by=tuple(decided),
-                against=tuple(hits.against[:3]), first_line=min(hits.anchor_lines),
+                against=tuple(hits.against[:3]), first_line=first,
+                anchor_kinds=frozenset(hits.anchor_kinds), support=supports,
             )
             anchor_lines[entry_id] = set(hits.anchor_lines)
         _apply_precedence(matches, anchor_lines)
+        self.platform = self._scan.platform()
+        self.unrecognised = None
+        explained = set().union(*(self._hits[i].explaining for i, m in matches.items()
+                                  if m.confidence >= _MIN_CONFIDENCE or m.context_only))
+        unexplained = [p for p in self._scan.primary if p.line not in explained]
+        self.unexplained = tuple(unexplained)
+        if self.platform is not None:
+            _apply_platform(matches, self.platform.id)
+        else:
+            self.unrecognised = _apply_primary(matches, unexplained)
         ranked = sorted(
             (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
         )
-        return ranked
+        return _calibrated(ranked, bool(unexplained), self.platform is not None, raw=self.raw)
 
 
 def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
@@ -489,6 +559,46 @@ def _apply_precedence(matches: dict[str, Match], anchor_lines: dict[str, set[int
             if earlier:
                 matches[m.id] = _demote(m, min(m.confidence, earlier[0].confidence * 0.5),
                                         (earlier[0].id, earlier[0].first_line))
+
+
+def _apply_platform(matches: dict[str, Match], platform: str) -> None:
+    """Rule 9, in place: on text from another platform, an entry that does not apply there is
+    context, whatever its score."""
+    for m in list(matches.values()):
+        if not m.entry.applies_on(platform):
+            matches[m.id] = replace(_demote(m, _CONTEXT_CAP), not_on=platform)
+
+
+def _calibrated(ranked: list[Match], unexplained: bool, platform: bool, *, raw: bool = False) -> list[Match]:
+    """Rule 11: every match keeps its raw score as `score`; a match that is not context states
+    the calibrated confidence (gpudoctor.explain.calibration), a context match its capped score."""
+    live = [m for m in ranked if not m.context_only]
+    out = []
+    for m in ranked:
+        stated = m.confidence
+        if not m.context_only and not raw:
+            rival = max((o.confidence for o in live if o is not m), default=0.0)
+            x = calibration.features(m.confidence, m.anchor_kinds, m.support, m.entry.generic, bool(m.against),
+                                     rival, unexplained, platform)
+            stated = calibration.stated(x, m.confidence)
+        out.append(replace(m, confidence=stated, score=m.confidence))
+    return out
+
+
+def _apply_primary(matches: dict[str, Match], unexplained: list[PrimaryError]) -> PrimaryError | None:
+    """Rule 10, in place: a primary CUDA error that no anchor explains (trailers and wrappers
+    explain nothing) outranks a generic or wrapper verdict, which becomes its context. Returns
+    that error (the first such), or None when an entry explains the text."""
+    if not unexplained:
+        return None
+    live = sorted((m for m in matches.values() if not m.context_only and m.confidence >= _MIN_CONFIDENCE),
+                  key=lambda m: (-m.confidence, -m.entry.specificity, m.first_line))
+    if live and not (live[0].entry.generic or live[0].entry.wrapper):
+        return None
+    for m in live:
+        if m.entry.generic or m.entry.wrapper:
+            matches[m.id] = _demote(m, _CONTEXT_CAP)
+    return unexplained[0]
 
 
 def _windows_containing(haystack: str, original: str, keyword: str,
@@ -624,12 +734,27 @@ def entries_for(text: str) -> tuple[Entry, ...]:
     found in the knowledge base's keyword index (gpudoctor.knowledge.kbcache) and read alone. A matcher
     over them ranks `text` exactly as one over every entry does."""
     from gpudoctor.knowledge.kb import load_entries
+
+    return load_entries(_ids_for(text)[0])
+
+
+def platforms_for(text: str) -> tuple[Notice, ...]:
+    """The platform notices whose marker keywords occur in `text` (as `entries_for` finds the
+    entries), read alone: the same platform as with every notice, at the cost of those files."""
+    from gpudoctor.knowledge.notices import load
+
+    return tuple(load(i) for i in sorted(_ids_for(text)[1]))
+
+
+def _ids_for(text: str) -> tuple[set[str], set[str]]:
+    """(entry ids, platform ids) with a keyword in `text`, from the cached index."""
     from gpudoctor.knowledge.kbcache import catalogue_index
 
+    index = catalogue_index()
     text = _prepared(text)[0]
     lowered: str | None = None
     ids: set[str] = set()
-    for keyword, folded, users in catalogue_index().keywords:
+    for keyword, folded, users in index.keywords:
         if folded:
             if lowered is None:
                 lowered = text.lower()
@@ -639,7 +764,36 @@ def entries_for(text: str) -> tuple[Entry, ...]:
                 ids.update(users)
         elif keyword in text:
             ids.update(users)
-    return load_entries(ids)
+    platforms: set[str] = set()
+    for keyword, folded, platform in index.markers:
+        if platform in platforms:
+            continue
+        if folded:
+            if lowered is None:
+                lowered = text.replace("\u0130", "I").lower()
+            if keyword in lowered:
+                platforms.add(platform)
+        elif keyword in text:
+            platforms.add(platform)
+    return ids, platforms
+
+
+class Analysis:
+    """Everything the matcher concluded about a text: the ranked matches, the platform the text
+    comes from (rule 9) and the primary CUDA error no entry explains (rule 10). (A plain class:
+    creating a dataclass costs start-up time.)"""
+
+    __slots__ = ("matches", "platform", "unrecognised", "unexplained")
+
+    def __init__(self, matches: tuple[Match, ...], platform: PlatformFinding | None = None,
+                 unrecognised: PrimaryError | None = None, unexplained: tuple[PrimaryError, ...] = ()) -> None:
+        self.matches, self.platform, self.unrecognised, self.unexplained = matches, platform, unrecognised, unexplained
+
+    @property
+    def verdict(self) -> Match | None:
+        """The best match when it is the answer: not context (demoted by a rule)."""
+        best = self.matches[0] if self.matches else None
+        return best if best is not None and not best.context_only else None
 
 
 def match_text(text: str) -> list[Match]:
@@ -647,8 +801,21 @@ def match_text(text: str) -> list[Match]:
     return match_chunks([text])
 
 
+def analyse_text(text: str, *, raw: bool = False) -> Analysis:
+    """`match_text` with the platform and the unexplained primary error (`raw`: state the raw
+    scores, as tools/calibrate.py reads them)."""
+    return analyse_chunks([text], raw=raw)
+
+
 def match_chunks(chunks: Iterable[str]) -> list[Match]:
-    """The same for input read in chunks that end at line boundaries (large logs). Chunks that
+    """The ranked matches of `analyse_chunks`."""
+    return list(analyse_chunks(chunks).matches)
+
+
+def analyse_chunks(chunks: Iterable[str], *, raw: bool = False) -> Analysis:
+    """Rank the known failures in input read in chunks that end at line boundaries (a pasted
+    error is one chunk; a large log many), and say which platform it comes from and which
+    primary CUDA error no entry explains (rules 9 and 10). Chunks that
     know the input's line number of their first line (`gpudoctor.explain.textinput.Chunks.first_line`,
     set once the first chunk is read: a piped log whose head was dropped) are numbered from it,
     so the lines named as evidence are the log's own.
@@ -660,13 +827,22 @@ def match_chunks(chunks: Iterable[str]) -> list[Match]:
     source = iter(chunks)
     first = next(source, None)
     if first is None:
-        return []
+        return Analysis(())
     second = next(source, None)
-    matcher = Matcher(entries_for(first) if second is None and len(first) <= _LAZY_CHARS else None)
+    if second is None and len(first) <= _LAZY_CHARS:
+        from gpudoctor.knowledge.kb import load_entries
+        from gpudoctor.knowledge.notices import load
+
+        ids, platform_ids = _ids_for(first)
+        matcher = Matcher(load_entries(ids), tuple(load(i) for i in sorted(platform_ids)))
+    else:
+        matcher = Matcher()
     matcher._lines_before = (getattr(chunks, "first_line", None) or 1) - 1
+    matcher.raw = raw
     matcher.feed(first)
     if second is not None:
         matcher.feed(second)
         for chunk in source:
             matcher.feed(chunk)
-    return matcher.results()
+    matches = tuple(matcher.results())
+    return Analysis(matches, matcher.platform, matcher.unrecognised, matcher.unexplained)

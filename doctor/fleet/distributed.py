@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping
 
 import gpudoctor
 from gpudoctor.fleet.model import ERROR, WARNING, Culprit, FleetFinding
+from gpudoctor.reports import load
 
 AGENT_BOOTSTRAP = """\
 import sys, importlib.util as u
@@ -497,9 +498,10 @@ def _gather(agent: Agent | None, ctx: DistContext, dist: DistOptions,
                 text = values.get(f"result/{r}")
                 if text is not None:
                     try:
-                        records[r] = json.loads(text)
-                    except ValueError:
-                        records[r] = {"rank": r, "scan_error": "its record is not valid JSON"}
+                        record = load.parse_json(text.encode("utf-8", "replace"), f"rank {r}'s record")
+                    except load.ReportError as exc:
+                        record = {"rank": r, "scan_error": str(exc)}
+                    records[r] = record if isinstance(record, dict) else {"rank": r, "scan_error": "its record is not an object"}
                     pending.remove(r)
             if not pending:
                 break
@@ -566,6 +568,12 @@ def build_fleet(records: dict[int, dict[str, Any] | None], markers: dict[str, di
         if not rec:
             continue
         report = rec.get("report")
+        if isinstance(report, dict):
+            try:  # read as `gpudoctor report` reads a file: another rank's report is no more trusted
+                load.validate(report, f"rank {rank}'s report")
+            except load.ReportError as exc:
+                rec = {**rec, "scan_error": str(exc)}
+                report = None
         if not isinstance(report, dict):
             report = _stub_report(rec, ctx, job_id)
             if not rec.get("terminated"):  # a rank stopped mid-scan is a victim, said below

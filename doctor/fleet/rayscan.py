@@ -24,6 +24,7 @@ from typing import Any
 
 from gpudoctor.fleet import nodelist
 from gpudoctor.fleet.distributed import DistributedError
+from gpudoctor.reports import load
 
 
 def _scan_node(options: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +137,11 @@ def fleet_from_ray(results: list[dict[str, Any]], nodes: list[dict[str, Any]], j
         report = result.get("report")
         if not isinstance(report, dict):
             failures.append((index, str(result.get("error") or "no report")))
+            continue
+        try:  # read as `gpudoctor report` reads a file
+            load.validate(report, f"ray node {index}'s report")
+        except load.ReportError as exc:
+            failures.append((index, str(exc)))
             continue
         seen.add(index)
         env = report.setdefault("environment", {})

@@ -1,10 +1,11 @@
 """`gpudoctor merge`'s readers: scan reports in, one `Member` per report out.
 
-- reading: files, folders of `*.json` and `-`, each bounded (`MAX_REPORT_BYTES`, regular files
-  only); a file may hold several reports one after another; a pretty-printed report is skimmed
-  (`_skim`: the per-result details a merge never reads are cut before JSON parsing); many files
-  are read in parallel on idle cores. A report that cannot be read is returned as such, for the
-  merge to name (`unreadable-report`).
+- reading: files, folders of `*.json` and `-`, through gpudoctor.reports.load (`load_documents`:
+  bounded, strict, validated as `gpudoctor report` validates, so a file `report` refuses is
+  refused here for the same reason); a file may hold several reports one after another; a
+  pretty-printed report is skimmed (the per-result details a merge never reads are cut before
+  JSON parsing); many files are read in parallel on idle cores. A report that cannot be read is
+  returned as such, for the merge to name (`unreadable-report`).
 - what one report says: `member_from_report` turns a report into a `Member` (where it ran, its
   job and rank, versions, NCCL settings, GPUs and their hardware state, probe verdicts, GEMM
   throughput), every untrusted value bounded (`_text`).
@@ -14,36 +15,32 @@ Standard library only: no torch, no rich.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import stat
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from gpudoctor.fleet.model import ERROR, FLEET_KIND, WARNING
+from gpudoctor.fleet.model import ERROR, WARNING
+from gpudoctor.reports import load
 from gpudoctor.reports.model import lookup
 
 if TYPE_CHECKING:  # the node a report was placed in; merge.py imports this module
     from gpudoctor.fleet.merge import Node
 
-MAX_REPORT_BYTES = 64 << 20  # an 8-GPU node report is ~350 KB; anything this big is not one
+MAX_REPORT_BYTES = load.MAX_REPORT_BYTES  # an 8-GPU node report is ~350 KB; anything this big is not one
 TEXT_LIMIT = 300  # characters of an untrusted value kept in a finding
+
+
 class MergeInputError(Exception):
     """The inputs cannot be merged at all: a path that does not exist, nothing readable (exit 2)."""
 
 
 # --- reading ----------------------------------------------------------------------------------------
 
-
-@dataclass
-class Loaded:
-    """One document from the inputs: a report dict, or why it could not be read."""
-
-    label: str
-    data: dict[str, Any] | None = None
-    error: str | None = None
+# One document from the inputs: a report dict, or why it could not be read. The reading is
+# gpudoctor.reports.load's, the one reader every command uses: the same files are refused with the
+# same reason by `merge` as by `report`.
+Loaded = load.Document
 
 
 def _paths(inputs: Sequence[str]) -> list[str]:
@@ -65,136 +62,16 @@ def _paths(inputs: Sequence[str]) -> list[str]:
     return files
 
 
-def _read_bytes(path: str, limit: int) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read(limit + 1)
-    # A FIFO or a device would block or never end: only regular files are reports.
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError("not a regular file")
-    with open(path, "rb") as fh:
-        return fh.read(limit + 1)
-
-
-# The fast path. A node report is ~300 KB of pretty JSON, most of it probe `details` and `findings`
-# that the merge never reads (it reads each result's status and summary, and matmul-sanity's
-# throughput). `render_json` writes indent=2 and each result's keys in a fixed order, so `details`
-# opens with a line `      "details": {` and closes at the first later line that is exactly six
-# spaces and `}`, and `findings` opens right after it and closes at the first line of six spaces
-# and `]`: a JSON string cannot hold a raw newline, and everything inside is indented deeper.
-# `_skim` empties those values (on the raw bytes, before decoding) and the result is parsed; text
-# not shaped like that (other indentation, compact JSON, a hand edit) is parsed whole instead.
-_RESULTS_MARK = b'\n  "results": [\n'
-_DETAILS = b'\n      "details": {\n'
-_DETAILS_END = b"\n      }"
-_FINDINGS = b',\n      "findings": [\n'
-_FINDINGS_END = b"\n      ]"
-_PROBE_LINE = b'\n      "probe": '
-_KEEP_DETAILS = b'\n      "probe": "matmul-sanity"'
-
-
-def _skim(raw: bytes) -> bytes | None:
-    pos = raw.find(_RESULTS_MARK)
-    if pos < 0:
-        return None
-    parts = [raw[:pos]]
-    find, rfind, startswith = raw.find, raw.rfind, raw.startswith
-    start = find(_DETAILS, pos)
-    while start >= 0:
-        end = find(_DETAILS_END, start + len(_DETAILS) - 1)
-        if end < 0:
-            return None
-        head = rfind(_PROBE_LINE, pos, start)
-        if head >= 0 and startswith(_KEEP_DETAILS, head):
-            parts.append(raw[pos:end])  # matmul-sanity's throughput is read
-        else:
-            parts.append(raw[pos:start + len(_DETAILS) - 1])
-        pos = end
-        after = end + len(_DETAILS_END)
-        if startswith(_FINDINGS, after):
-            close = find(_FINDINGS_END, after + len(_FINDINGS) - 1)
-            if close < 0:
-                return None
-            parts.append(raw[pos:after + len(_FINDINGS) - 1])
-            pos = close
-        start = find(_DETAILS, pos)
-    parts.append(raw[pos:])
-    return b"".join(parts)
-
-
 def parse_documents(raw: bytes | str, label: str) -> list[Loaded]:
-    """Every JSON document in `raw` (one report, or several written one after another)."""
-    data = raw.encode("utf-8") if isinstance(raw, str) else raw
-    skimmed = _skim(data)
-    if skimmed is not None:
-        try:
-            out = _parse(skimmed.decode("utf-8"), label)
-        except UnicodeDecodeError:
-            out = []
-        if out and all(d.data is not None for d in out):
-            return out
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [Loaded(label, error=f"not UTF-8 text (byte {exc.start}): not a JSON report")]
-    return _parse(text, label)
-
-
-def _parse(text: str, label: str) -> list[Loaded]:
-    decoder = json.JSONDecoder()
-    out: list[Loaded] = []
-    pos, n = 0, 0
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= len(text):
-            break
-        if text[pos] != "{":
-            # Lines before a report (srun -o without -e puts the scan's progress lines there).
-            brace = text.find("\n{", pos)
-            if brace >= 0:
-                pos = brace + 1
-        n += 1
-        name = label if n == 1 else f"{label}#{n}"
-        try:
-            doc, pos = decoder.raw_decode(text, pos)
-        except ValueError as exc:
-            line = text.count("\n", 0, pos) + 1
-            why = getattr(exc, "msg", str(exc))
-            out.append(Loaded(name, error=f"not valid JSON ({why}, document starting at line {line}): "
-                                          "a truncated or interleaved report?"))
-            break
-        out.append(_check_document(doc, name))
-    if not out:
-        out.append(Loaded(label, error="empty file"))
-    return out
-
-
-def _check_document(doc: Any, label: str) -> Loaded:
-    if not isinstance(doc, dict):
-        return Loaded(label, error=f"not a gpudoctor report (a JSON {type(doc).__name__})")
-    if doc.get("kind") == FLEET_KIND:
-        return Loaded(label, error="a fleet report, not a node report: merge the node reports it came from")
-    if not isinstance(doc.get("results"), list) or not isinstance(doc.get("environment"), dict):
-        return Loaded(label, error="not a gpudoctor scan report (no `results` list or `environment`)")
-    return Loaded(label, data=doc)
-
-
-def _load_file(path: str, limit: int = MAX_REPORT_BYTES) -> list[Loaded]:
-    label = "standard input" if path == "-" else path
-    try:
-        raw = _read_bytes(path, limit)
-    except OSError as exc:
-        return [Loaded(label, error=f"cannot read: {exc.strerror or exc}")]
-    if len(raw) > limit:
-        return [Loaded(label, error=f"larger than {limit >> 20} MiB: not a gpudoctor node report")]
-    return parse_documents(raw, label)
+    """Every report in `raw` (one, or several written one after another), each validated."""
+    return load.parse_documents(raw, label)
 
 
 def load_inputs(inputs: Sequence[str], limit: int = MAX_REPORT_BYTES) -> list[Loaded]:
     """Read every input. Raises MergeInputError only for paths that do not exist."""
     loaded: list[Loaded] = []
     for path in _paths(inputs):
-        loaded.extend(_load_file(path, limit))
+        loaded.extend(load.load_documents(path, limit=limit))
     return loaded
 
 
@@ -202,7 +79,7 @@ def _members_of(chunk: list[str]) -> list[tuple[str, "Member | None", str | None
     """Read and extract a batch of files (runs in a pool worker for big merges)."""
     out: list[tuple[str, Member | None, str | None]] = []
     for path in chunk:
-        for d in _load_file(path):
+        for d in load.load_documents(path):
             member = member_from_report(d.data, d.label, 0) if d.data is not None else None
             out.append((d.label, member, d.error))
     return out
@@ -402,9 +279,9 @@ def _host(value: Any) -> str | None:
     return text
 
 
-def _gemm(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _gemm(results: list[Any]) -> list[dict[str, Any]]:
     out = []
-    for r in data.get("results") or []:
+    for r in results:
         if not isinstance(r, dict) or r.get("probe") != "matmul-sanity":
             continue
         throughput = lookup(r, "details", "throughput")
@@ -467,28 +344,41 @@ def member_from_report(data: dict[str, Any], label: str, position: int) -> Membe
     elif isinstance(lookup(env, "torch", "device_count"), int) and lookup(env, "torch", "cuda_available"):
         m.gpu_count = lookup(env, "torch", "device_count")
     results = data.get("results") or []
+    matmul = []
+    append = m.results.append
     for r in results:
         try:
             probe, status, device, summary = r["probe"], r["status"], r.get("device"), r.get("summary")
         except (TypeError, KeyError):
             continue
-        if not isinstance(probe, str) or not isinstance(status, str):
+        if type(probe) is not str or type(status) is not str:
             continue
-        if not isinstance(summary, str):
+        if type(summary) is not str:
             summary = ""
         elif len(summary) > TEXT_LIMIT:
             summary = summary[:TEXT_LIMIT] + "…"
-        m.results.append((probe[:80], device[:40] if isinstance(device, str) else None, status[:20], summary))
-    m.gemm = _gemm(data)
+        append((probe[:80], device[:40] if type(device) is str else None, status[:20], summary))
+        if probe == "matmul-sanity":
+            matmul.append(r)
+    m.gemm = _gemm(matmul)
     return m
 
 
 def _hw_value(raw: dict[str, Any], *path: str) -> str | None:
-    value = lookup(raw, *path)
-    if value is None or isinstance(value, (dict, list)):
+    value: Any = raw
+    for key in path:
+        if type(value) is not dict:
+            return None
+        value = value.get(key)
+    if value is None:
         return None
-    if isinstance(value, str) and value.startswith("not available"):
-        return None  # "cannot tell" is not a difference in hardware state
+    kind = type(value)
+    if kind is str:
+        if value.startswith("not available"):
+            return None  # "cannot tell" is not a difference in hardware state
+        return value if len(value) <= 80 else value[:80] + "…"
+    if kind is dict or kind is list:
+        return None
     return _text(value, 80)
 
 

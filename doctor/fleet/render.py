@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.fleet.model import plural
 from gpudoctor.reports import markdown as md
-from gpudoctor.safetext import as_text
+from gpudoctor.safetext import as_text, json_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,7 +38,7 @@ def has_problems(data: dict[str, Any]) -> bool:
 
 
 def render_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    return json_text(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n"
 
 
 def load_schema() -> dict[str, Any]:

@@ -23,6 +23,10 @@ An entry file `<id>.toml` holds:
                   "terminated with exception: CUDA error: ..."): an error found on the wrapper's
                   line, or on the line after it, decides, and the wrapper is its context
     supersedes    ids this entry outranks when both match (attention-oom supersedes cuda-oom)
+    platforms     where the entry applies: "cuda" (NVIDIA CUDA) and the ids of other platforms
+                  (gpudoctor.knowledge.platforms: rocm, zluda, mps, xpu, npu, hpu, musa, mlu, tt);
+                  absent means every platform (a PyTorch-level failure such as a dtype mismatch).
+                  On text from a platform it does not list, the entry is context, never the verdict
     templates_from ids whose message templates this entry also recognises (attention-oom reads
                   cuda-oom's out-of-memory messages, then needs its own evidence)
     min_support   how many `support` patterns (or derived facts) must match besides an anchor
@@ -44,9 +48,11 @@ An entry file `<id>.toml` holds:
                        time and becomes a capture, `{{`/`}}` are literal braces; `project`,
                        `file` and `versions` say where it comes from; optional `weight`
                        (default 0.9), `role`, `when` (a line predicate, see the matcher),
-                       `values` (sample values for the catalogue test), `ignore_case` and
+                       `values` (sample values for the catalogue test), `ignore_case`,
                        `needs_support` (an anchor that reads another entry's message: it counts
-                       only beside a support pattern or derived fact of this entry)
+                       only beside a support pattern or derived fact of this entry) and `trailer`
+                       (a line printed after many errors, such as CUDA's "might be asynchronously
+                       reported": it never explains the error line it shares, see the matcher)
     [[patterns]]       hand-written regexes for what is not a message template (stack frames,
                        tracker spellings): name, regex, keyword, weight (0..1),
                        role ("anchor" | "support" | "against"), optional ignore_case, when and
@@ -54,6 +60,12 @@ An entry file `<id>.toml` holds:
                        `keyword` is a literal substring every match contains, used to find
                        candidate lines fast in large logs (lower-case when ignore_case)
     [[examples]]       text, source (URL of the public report it was copied from)
+    [[variants]]       the advice filled in with what the text says: `needs` (conditions on the
+                       values captured from the text and those derived from them, see
+                       gpudoctor.knowledge.predicates.derived_values: "name" is present,
+                       "name=value" / "name!=value" compare it, "name=@other" equals another
+                       value) and any of `quick_fix`, `fix`, `patch` with `{name}` placeholders.
+                       The first variant whose needs hold replaces the entry's own advice
 
 Templates become patterns when the entry loads (`template_regex`): literal text is escaped, a run
 of spaces matches up to four spaces or tabs (or none after punctuation), any quote matches any
@@ -69,7 +81,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 try:
     import tomllib
@@ -98,6 +110,7 @@ PLACEHOLDER_KINDS: dict[str, str] = {
     "num": r"-?[\d.]{1,24}",
     "size": r"[\d.]{1,24} ?(?:[KMGTP]i?B|bytes|B)",
     "word": r"[\w.:<>\-]{1,100}",  # a type, dtype, device or identifier: c10::BFloat16, cuda:0
+    "version": r"[\w.+\-]{1,60}",  # a package version with its local tag: 2.6.0+cu124
     "path": r"[^\s'\"`]{1,400}",
     "hex": r"(?:0x)?[0-9a-fA-F]{1,32}",
     "tuple": r"\(?[\d, ]{1,40}\)?",  # (8, 0) or 8.0-ish capability tuples and shapes
@@ -106,7 +119,7 @@ PLACEHOLDER_WIDTHS = {kind: int(re.findall(r"\{\d+,(\d+)\}", body)[0]) + (12 if 
                       for kind, body in PLACEHOLDER_KINDS.items()}  # the most characters each can take
 SAMPLE_VALUES = {
     "": "x", "text": "some text", "rest": "and the rest", "int": "16", "num": "8.6",
-    "size": "2.00 GiB", "word": "Float", "path": "/usr/lib/libfoo.so", "hex": "0x7f00", "tuple": "(8, 0)",
+    "size": "2.00 GiB", "word": "Float", "version": "2.6.0+cu124", "path": "/usr/lib/libfoo.so", "hex": "0x7f00", "tuple": "(8, 0)",
 }
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w*)(?::(\w+))?\}")
 _QUOTES = "`'\"\u2018\u2019"
@@ -116,8 +129,11 @@ _KEY_SPLIT = re.compile(r"[`'\"\u2018\u2019/\\]|,\s+|\.\s+|\s{2,}")
 _LEADING_KEYWORD = 12  # a message's opening words survive wrapping and truncation best
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(NamedTuple):
+    """One `[[templates]]` table. (Named tuples here and for the references, misconceptions and
+    examples below: every `explain` run creates these classes, and a frozen dataclass costs
+    several times more start-up.)"""
+
     text: str
     project: str
     file: str
@@ -128,6 +144,7 @@ class Template:
     values: tuple[tuple[str, str], ...] = ()
     ignore_case: bool = False
     needs_support: bool = False
+    trailer: bool = False
 
     def sample(self) -> str:
         """The template filled in with sample values (`values`, else one per placeholder kind)."""
@@ -276,6 +293,7 @@ class Pattern:
     template: Template | None = None  # set when the pattern was derived from a message template
     reach: int | None = None  # a template's most characters before its keyword (None: unknown)
     needs_support: bool = False  # an anchor that counts only beside a support or fact of its entry
+    trailer: bool = False  # printed after many errors: never explains the error on its line
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -297,23 +315,59 @@ class Pattern:
         return re.compile(source, re.IGNORECASE if self.ignore_case else 0), max(20, int(0.6 * literal))
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     title: str
     url: str
 
 
-@dataclass(frozen=True)
-class Misconception:
+class Misconception(NamedTuple):
     claim: str
     truth: str
     evidence: str
 
 
-@dataclass(frozen=True)
-class Example:
+class Example(NamedTuple):
     text: str
     source: str
+
+
+class Variant:
+    """One `[[variants]]` table (a plain class: `explain ID` creates the module's classes on every
+    run, and a dataclass costs start-up time)."""
+
+    __slots__ = ("needs", "quick_fix", "fix", "patch")
+
+    def __init__(self, needs: tuple[str, ...], quick_fix: str | None = None, fix: tuple[str, ...] | None = None,
+                 patch: str | None = None) -> None:
+        self.needs, self.quick_fix, self.fix, self.patch = needs, quick_fix, fix, patch
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Variant) and (self.needs, self.quick_fix, self.fix, self.patch) == (
+            other.needs, other.quick_fix, other.fix, other.patch)
+
+    def __hash__(self) -> int:
+        return hash((self.needs, self.quick_fix, self.fix, self.patch))
+
+    def holds(self, values: dict[str, str]) -> bool:
+        for need in self.needs:
+            name, op, want = _NEED.match(need).groups()  # type: ignore[union-attr]
+            have = values.get(name)
+            if have is None:
+                return False
+            if op == "=" and (have != (values.get(want[1:]) if want.startswith("@") else want)):
+                return False
+            if op == "!=" and have == want:
+                return False
+        return True
+
+
+_NEED = re.compile(r"^(\w+)(?:(!?=)(@?[\w.+\-]+))?$")
+_FILL = re.compile(r"\{(\w+)\}")
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """`text` with each `{name}` whose name is in `values` replaced (other braces stay: code)."""
+    return _FILL.sub(lambda m: values.get(m.group(1), m.group(0)), text)
 
 
 @dataclass(frozen=True)
@@ -332,6 +386,7 @@ class Entry:
     consequence: bool
     wrapper: bool
     supersedes: tuple[str, ...]
+    platforms: tuple[str, ...]  # empty: every platform
     templates_from: tuple[str, ...]
     min_support: int
     facts: tuple[str, ...]
@@ -347,6 +402,28 @@ class Entry:
     templates: tuple[Template, ...]
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
+    variants: tuple[Variant, ...] = field(default=())
+
+    def advised(self, captures: dict[str, str]) -> "Entry":
+        """The entry with its advice (quick fix, fix steps, patch) filled in from the values a
+        text gave (`captures`), by the first variant whose needs hold; itself when none does."""
+        if not self.variants:
+            return self
+        from gpudoctor.knowledge.predicates import derived_values
+
+        values = {**captures, **derived_values(captures)}
+        for variant in self.variants:
+            if variant.holds(values):
+                return dataclasses.replace(
+                    self,
+                    quick_fix=fill(variant.quick_fix, values) if variant.quick_fix else self.quick_fix,
+                    fix=tuple(fill(s, values) for s in variant.fix) if variant.fix else self.fix,
+                    patch=fill(variant.patch, values).strip("\n") if variant.patch else self.patch)
+        return self
+
+    def applies_on(self, platform: str) -> bool:
+        """Whether the entry's cause and fix hold on `platform` ("cuda" or another platform id)."""
+        return not self.platforms or platform in self.platforms
 
 
 def _req(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -409,6 +486,7 @@ def _parse_template(t: dict[str, Any], where: str) -> Template:
         values=tuple(sorted(values.items())),
         ignore_case=bool(t.get("ignore_case", False)),
         needs_support=bool(t.get("needs_support", False)),
+        trailer=bool(t.get("trailer", False)),
     )
 
 
@@ -417,7 +495,7 @@ def template_pattern(template: Template, name: str) -> Pattern:
     if template.ignore_case:
         keyword = keyword.lower()
     return Pattern(name, source, keyword, template.weight, template.role, template.ignore_case,
-                   template.when, template, reach, template.needs_support)
+                   template.when, template, reach, template.needs_support, template.trailer)
 
 
 def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = True) -> Entry:
@@ -489,6 +567,18 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         if unknown:
             raise KnowledgeBaseError(f"{where}: unknown facts {sorted(unknown)} (known: {sorted(ENTRY_FACTS)})")
 
+    variants = []
+    for i, v in enumerate(data.get("variants", [])):
+        vw = f"{where}: variants[{i}]"
+        needs = _strings(v, "needs", vw)
+        if not needs or not all(_NEED.match(n) for n in needs):
+            raise KnowledgeBaseError(f"{vw}: needs must be a list of conditions (name, name=value, name!=value, name=@other)")
+        fix = v.get("fix")
+        if fix is not None and (not isinstance(fix, list) or not all(isinstance(s, str) for s in fix)):
+            raise KnowledgeBaseError(f"{vw}: fix must be a list of strings")
+        variants.append(Variant(needs, _reflow(v["quick_fix"]) if isinstance(v.get("quick_fix"), str) else None,
+                                tuple(fix) if fix else None, v.get("patch") if isinstance(v.get("patch"), str) else None))
+
     return Entry(
         id=entry_id,
         title=_req(data, "title", str, where),
@@ -504,6 +594,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         consequence=bool(data.get("consequence", False)),
         wrapper=bool(data.get("wrapper", False)),
         supersedes=_strings(data, "supersedes", where, default=[]),
+        platforms=_strings(data, "platforms", where, default=[]),
         templates_from=templates_from,
         min_support=int(data.get("min_support", 0)),
         facts=facts,
@@ -519,6 +610,7 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         templates=tuple(templates),
         patterns=tuple(patterns),
         examples=tuple(examples),
+        variants=tuple(variants),
     )
 
 
@@ -553,7 +645,9 @@ def entry_ids() -> list[str]:
 def fingerprint() -> list[list[object]]:
     """What the entries and their derived patterns depend on, cheaply: the name, size and
     modification time of every entry file and of this module (which derives the templates'
-    keywords). Anything cached from the knowledge base is valid only for the same fingerprint."""
+    keywords), then those of the platform notices (gpudoctor.knowledge.notices: their marker
+    keywords are cached too). Anything cached from the knowledge base is valid only for the same
+    fingerprint."""
     out: list[list[object]] = []
     for path in [*_entry_files(), os.path.abspath(__file__)]:
         try:
@@ -561,7 +655,9 @@ def fingerprint() -> list[list[object]]:
         except OSError as exc:
             raise KnowledgeBaseError(f"cannot read {path}: {exc.strerror}") from None
         out.append([os.path.basename(path), st.st_size, st.st_mtime_ns])
-    return out
+    from gpudoctor.knowledge import notices
+
+    return out + notices.fingerprint()
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from gpudoctor.knowledge import kb
 
-FORMAT = 1
+FORMAT = 2  # 2: the platform notices' marker keywords (gpudoctor.knowledge.notices)
 _MAX_BYTES = 4 * 1024 * 1024  # the index of today's ~40 entries is ~40 KB
 _MAX_KEYWORD = 1000
 
@@ -45,31 +45,39 @@ _MAX_KEYWORD = 1000
 class CatalogueIndex:
     """keywords: (keyword, ignore_case, ids of the entries with a pattern using it), in the
     order the matcher meets them (entries by id, each entry's patterns in order); a keyword
-    with ignore_case is lower-case. names: every id and alias, case-folded, to its id."""
+    with ignore_case is lower-case. names: every id and alias, case-folded, to its id.
+    markers: (keyword, ignore_case, platform id) of every platform notice's marker."""
 
     keywords: tuple[tuple[str, bool, tuple[str, ...]], ...]
     names: dict[str, str]
+    markers: tuple[tuple[str, bool, str], ...] = ()
 
 
-def build_index(entries: tuple[kb.Entry, ...]) -> CatalogueIndex:
+def build_index(entries: tuple[kb.Entry, ...], markers: list[tuple[str, bool, str]] | None = None) -> CatalogueIndex:
     users: dict[tuple[str, bool], list[str]] = {}
     for entry in entries:
         for pattern in entry.patterns:
             ids = users.setdefault((pattern.keyword, pattern.ignore_case), [])
             if entry.id not in ids:
                 ids.append(entry.id)
+    if markers is None:
+        from gpudoctor.knowledge import notices
+
+        markers = notices.marker_keywords()
     return CatalogueIndex(tuple((k, folded, tuple(ids)) for (k, folded), ids in users.items()),
-                          kb.names_of(entries))
+                          kb.names_of(entries), tuple((k, f, i) for k, f, i in markers))
 
 
 @functools.lru_cache(maxsize=1)
 def catalogue_index() -> CatalogueIndex:
     """The index for the installed knowledge base: from the cache when it is valid, else built
     from every entry (and the cache written for the next run)."""
+    from gpudoctor.knowledge import notices
+
     path = cache_path()
     stamp = kb.fingerprint()
     if path is not None:
-        cached = _read(path, stamp, set(kb.entry_ids()))
+        cached = _read(path, stamp, set(kb.entry_ids()), set(notices.platform_ids()))
         if cached is not None:
             return cached
     index = build_index(kb.load_all())
@@ -113,7 +121,8 @@ def _trusted(st: os.stat_result) -> bool:
     return True
 
 
-def _read(path: str, stamp: list[list[object]], known_ids: set[str]) -> CatalogueIndex | None:
+def _read(path: str, stamp: list[list[object]], known_ids: set[str],
+          known_platforms: set[str] | None = None) -> CatalogueIndex | None:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
                      | getattr(os, "O_NONBLOCK", 0))
@@ -129,14 +138,15 @@ def _read(path: str, stamp: list[list[object]], known_ids: set[str]) -> Catalogu
         if len(raw) > _MAX_BYTES:
             return None
         data = json.loads(raw.decode("utf-8"))
-        return _parse(data, stamp, known_ids)
+        return _parse(data, stamp, known_ids, known_platforms)
     except (OSError, ValueError, RecursionError, MemoryError):  # unreadable, not JSON, hostile nesting
         return None
     finally:
         os.close(fd)
 
 
-def _parse(data: object, stamp: list[list[object]], known_ids: set[str]) -> CatalogueIndex | None:
+def _parse(data: object, stamp: list[list[object]], known_ids: set[str],
+           known_platforms: set[str] | None = None) -> CatalogueIndex | None:
     """The index a cache file holds, or None unless every field is what `_write` writes, for
     this fingerprint, naming only entries that exist."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("fingerprint") != stamp:
@@ -155,7 +165,17 @@ def _parse(data: object, stamp: list[list[object]], known_ids: set[str]) -> Cata
         keywords.append((keyword, folded, tuple(ids)))
     if not all(isinstance(k, str) and isinstance(v, str) and v in known_ids for k, v in names.items()):
         return None
-    return CatalogueIndex(tuple(keywords), dict(names))
+    rows = data.get("markers")
+    if not isinstance(rows, list):
+        return None
+    markers = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and 0 < len(row[0]) <= _MAX_KEYWORD
+                and isinstance(row[1], bool) and isinstance(row[2], str)
+                and (known_platforms is None or row[2] in known_platforms)):
+            return None
+        markers.append((row[0], row[1], row[2]))
+    return CatalogueIndex(tuple(keywords), dict(names), tuple(markers))
 
 
 def _write(path: str, stamp: list[list[object]], index: CatalogueIndex) -> None:
@@ -166,7 +186,8 @@ def _write(path: str, stamp: list[list[object]], index: CatalogueIndex) -> None:
     folder = os.path.dirname(path)
     text = json.dumps({"format": FORMAT, "fingerprint": stamp,
                        "keywords": [[k, folded, list(ids)] for k, folded, ids in index.keywords],
-                       "names": index.names}, ensure_ascii=False, separators=(",", ":"))
+                       "names": index.names, "markers": [list(m) for m in index.markers]},
+                      ensure_ascii=False, separators=(",", ":"))
     tmp = None
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)

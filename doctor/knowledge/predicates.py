@@ -20,6 +20,9 @@ Line predicates (`when = "..."` on a template or pattern) look at the values one
     fp8-condition    the condition names FP8/FP4 types (`b.dtype() == at::kFloat8_e4m3fn`)
     materialising-backend  a log names an attention backend that builds the whole score matrix
                      (eager flex attention, the math or eager path), not a fused kernel
+    hardware-xid     an NVIDIA Xid number that NVIDIA's catalogue puts on the hardware, the
+                     firmware or the board (48, 61-64, 74, 79, 92, 94, 95, 119, 120, 154), not
+                     on the application (13, 31, 43, 45, 68, 109 leave the GPU healthy)
 
 Entry facts (`facts = [...]` on an entry) look at everything the entry captured in the text and
 count as one support each:
@@ -180,6 +183,43 @@ def materialising_backend(c: Captures) -> str | None:
     return None
 
 
+# NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors), the numbers a GPU doctor meets: what
+# each means, in a few words. 13, 31, 43, 45, 68 and 109 are application errors (the k8s device
+# plugin keeps such a GPU in service); the rest here point at the hardware, firmware or board.
+XID_MEANINGS: dict[int, str] = {
+    13: "graphics engine exception (an application fault)",
+    31: "GPU memory page fault (an application's illegal address)",
+    43: "GPU stopped processing (an application fault)",
+    45: "preemptive cleanup after earlier errors",
+    48: "double-bit ECC error: uncorrectable memory error",
+    61: "internal micro-controller breakpoint or warning",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recorded (a reset activates it)",
+    64: "ECC page retirement or row remapping failed",
+    68: "video processor exception (an application fault)",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error (the affected application must restart)",
+    95: "uncontained ECC error (the GPU must be reset)",
+    109: "context switch timeout (an application fault)",
+    119: "GSP RPC timeout (firmware)",
+    120: "GSP error (firmware)",
+    154: "GPU recovery action changed (the driver asks for a reset, a reboot or a drain)",
+}
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+def hardware_xid(c: Captures) -> str | None:
+    try:
+        xid = int(c.get("xid", ""))
+    except ValueError:
+        return None
+    if xid in APPLICATION_XIDS or xid not in XID_MEANINGS:
+        return None
+    return f"Xid {xid} in the kernel log: {XID_MEANINGS[xid]}, a fault of the GPU, not of the program"
+
+
 LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
     "not-alloc-failed": not_alloc_failed,
     "devices-differ": devices_differ,
@@ -191,6 +231,7 @@ LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
     "layout-condition": layout_condition,
     "fp8-condition": fp8_condition,
     "materialising-backend": materialising_backend,
+    "hardware-xid": hardware_xid,
 }
 
 
@@ -213,6 +254,29 @@ def gemm_dims_not_16(c: Captures) -> str | None:
     if not odd:
         return None
     return f"cuBLASLt was called with {', '.join(odd)}, not a multiple of 16 as FP8 matmuls require"
+
+
+_VERSION = re.compile(r"^(?P<version>\d+(?:\.\d+){1,3}(?:(?:a|b|rc|\.post|\.dev)\d+)*)(?:\+(?P<tag>[A-Za-z0-9_.]+))?$")
+_CUDA_NUMBER = re.compile(r"^(?P<major>\d{1,2})(?P<minor>\d{2})$")  # xformers prints CUDA 12.1 as 1201
+
+
+def derived_values(c: Captures) -> dict[str, str]:
+    """Values an entry's advice can name, read from what a text captured (kb's `[[variants]]`):
+    for a version with a local tag (`have` = "2.6.0+cu124"), `have_version` ("2.6.0") and
+    `have_tag` ("cu124"); for a CUDA version printed as a number (`cuda` = "1201"), `cuda_tag`
+    ("cu121")."""
+    out: dict[str, str] = {}
+    for name, value in c.items():
+        value = value.strip()
+        m = _VERSION.match(value)
+        if m:
+            out[f"{name}_version"] = m.group("version")
+            if m.group("tag"):
+                out[f"{name}_tag"] = m.group("tag")
+        n = _CUDA_NUMBER.match(value)
+        if n and "cuda" in name:
+            out[f"{name}_tag"] = f"cu{int(n.group('major'))}{int(n.group('minor'))}"
+    return out
 
 
 ENTRY_FACTS: dict[str, Callable[[Captures], str | None]] = {

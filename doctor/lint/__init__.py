@@ -4,8 +4,9 @@ Makefiles, shell scripts and Dockerfiles for build flags) and print the fix.
 
 Modules: `rules` (the rules as data and their documentation; cheap to import), `model`
 (findings and graded fixes), `engine` (discovery, prefilter, workers, suppressions, cross-file
-step), `pysource` / `pyflow` / `pyrules` (Python), `cpp` (the C++/CUDA parser), `cpprules` /
-`cppcallers` / `cppalloc` (GPU009 and its Python callers, GPU010), `archflags`
+step), `pysource` / `pyflow` (with its mixins `pylayout`, `pyattention`, `pysizes`,
+`pycalls`) / `pyrules` (Python), `cpp` (the C++/CUDA parser), `cpprules` / `cppalloc` (GPU009,
+GPU010), `pycallers` (GPU009's Python callers), `archflags`
 (CUDA architecture flags), `config` ([tool.gpudoctor.lint]), `fixes` (diffs and atomic writes),
 `render`, `cli`, and `explain` (`gpudoctor explain GPU003`).
 

@@ -86,6 +86,9 @@ def run(opts: Options) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except engine.Terminated as exc:  # SIGTERM or SIGHUP: every worker is already gone
+        _err("terminated")
+        return 128 + exc.signum
 
     diffs: dict[int, str | None] = {}
     if opts.fix or opts.diff:

@@ -25,7 +25,7 @@ from typing import Callable
 from gpudoctor.lint import cppalloc
 from gpudoctor.lint.cpp import (CppFile, Function, Macro, Node, arguments, callee, declarator_name, last_name, params_of,
                                 text_of, walk)
-from gpudoctor.lint.cppcallers import PyCall, python_calls  # noqa: F401 (the engine reads them from here)
+from gpudoctor.lint.pycallers import PyCall
 from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix, NotLinted
 from gpudoctor.lint.rules import BY_CODE
 

@@ -441,9 +441,57 @@ def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
     return _pooled(ctx, tasks, jobs, chunk)
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP while the pool runs (a BaseException, like KeyboardInterrupt: nothing may
+    catch it on the way out). Raised in the parent, so that leaving the pool's `with` terminates
+    every worker before gpudoctor exits with 128 + `signum`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOPPING = ("SIGTERM", "SIGHUP")
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def _worker_start() -> None:
+    """In each worker: the parent alone decides on Ctrl-C (the terminal sends it to both), SIGTERM
+    and SIGHUP end a worker at once (the parent's handler is not a worker's), and on Linux the
+    worker dies with the parent, even a SIGKILLed one (PR_SET_PDEATHSIG)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in _STOPPING:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResult]:
-    with ctx.Pool(processes=min(jobs, len(tasks))) as pool:
-        yield from pool.imap_unordered(lint_file, tasks, chunksize=chunk)
+    import signal
+    import threading
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in _STOPPING:
+            if hasattr(signal, name):
+                previous[getattr(signal, name)] = signal.signal(getattr(signal, name), _raise_terminated)
+    try:
+        with ctx.Pool(processes=min(jobs, len(tasks)), initializer=_worker_start) as pool:
+            yield from pool.imap_unordered(lint_file, tasks, chunksize=chunk)
+    finally:  # the `with` has terminated and joined the workers, whatever ended the loop
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
@@ -459,8 +507,14 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}
-    for fr in _run_tasks(tasks, _jobs(jobs)):
-        by_path[fr.path] = fr
+    results = _run_tasks(tasks, _jobs(jobs))
+    try:
+        for fr in results:
+            by_path[fr.path] = fr
+    finally:  # a signal between two results: the pool is closed here, not at exit
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
     task_by_path = {t.path: t for t in tasks}
     findings: list[Finding] = []
     for path, fr in by_path.items():
@@ -512,7 +566,7 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
     out: list[Finding] = []
     summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
     if summaries:
-        from gpudoctor.lint import cpprules
+        from gpudoctor.lint import cpprules, pycallers
 
         facts = {path: fr.cpp_facts for path, fr in by_path.items() if fr.cpp_facts is not None}
         cpp_paths = [p for p, t in tasks.items() if t.kind == rules.CPP]
@@ -553,7 +607,7 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
 
             sources = calling(aliases)
             try:
-                calls = cpprules.python_calls(sources, aliases, calling) if sources else {}
+                calls = pycallers.python_calls(sources, aliases, calling) if sources else {}
             except RecursionError:  # a file nested too deeply to follow: no evidence from Python
                 calls = {}
             if calls:

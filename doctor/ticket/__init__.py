@@ -2,7 +2,8 @@
 and `gpudoctor diff`.
 
 - `runcmd`: runs the user's command with its output passed through unchanged, keeps a bounded
-  record of it, forwards signals and says how the command ended.
+  record of it, forwards signals and says how the command ended; `proctree`: the command's process
+  group and tree, ended whole (subreaper, watchdog, the terminal lent when the command reads it).
 - `pytrace`: Python tracebacks and torch's C++ stack traces, read out of that output.
 - `bundle`: the diagnosis (the known failures in the output, the failing line, a second run that
   localizes an asynchronous CUDA error, the probes the explanation points at) as one ticket:

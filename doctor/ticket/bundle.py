@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from gpudoctor.ticket import pytrace
 from gpudoctor.reports import markdown as md
-from gpudoctor.safetext import visible
+from gpudoctor.safetext import json_text, visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -682,7 +682,7 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
 
 
 def render_json(ticket: dict[str, Any]) -> str:
-    return json.dumps(ticket, indent=2, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(ticket, indent=2, ensure_ascii=False)) + "\n"
 
 
 # --- the bundle ----------------------------------------------------------------------------------
@@ -773,7 +773,7 @@ def bundle_files(ticket: dict[str, Any]) -> dict[str, str]:
     files = {"ticket.md": render_markdown(ticket)}
     if report is not None:
         record["scan"]["report_file"] = "scan.json"
-        files["scan.json"] = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        files["scan.json"] = json_text(json.dumps(report, indent=2, ensure_ascii=False)) + "\n"
     files["run.json"] = render_json(record)
     files["output.log"] = log if log.endswith("\n") or not log else log + "\n"
     return files

@@ -105,7 +105,18 @@ def run(
     except KeyboardInterrupt:
         _say("interrupted; the diagnosis was not finished" + ("; no bundle written" if bundle else ""))
         raise typer.Exit(130)
+    except _Interrupted as exc:  # a signal during the bundle's scan: the scan's workers are gone
+        _say(f"{exc}; no bundle written")
+        raise typer.Exit(exc.exit_code)
     raise typer.Exit(result.exit_status)
+
+
+class _Interrupted(Exception):
+    """SIGINT, SIGTERM or SIGHUP stopped the bundle's scan: no bundle, exit 128 + the signal."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: bool, python: Optional[str],
@@ -121,6 +132,10 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         from gpudoctor.reports.redact import Redactor
 
         redactor = Redactor()
+        # A secret the output names once (`DB_PASSWORD=hunter2`) is hidden wherever the output, and
+        # every file of the bundle, shows it bare, before or after that line.
+        if not result.ok or out is not None:
+            redactor.learn_text(ticket.output_text(result))
     if result.ok:
         if not quiet:
             _say(f"`{_line(result.argv, redactor)}` {result.how} after {result.duration_s:.1f} s; nothing to explain"
@@ -152,9 +167,9 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         # source) replace the entry's generic list in every part of the ticket.
         ticket.attach_scan(record, *_scan(result.argv, diagnosis, python, quiet), redactor=redactor)
     if not quiet:
-        from rich.console import Console
+        from gpudoctor.output import stderr_console
 
-        ticket.render_text(record, Console(stderr=True, highlight=False), verbose=verbose)
+        ticket.render_text(record, stderr_console(), verbose=verbose)
     if bundle is not None:
         try:
             folder, new_sub, files = ticket.write_bundle(bundle, record)
@@ -214,6 +229,8 @@ def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tupl
         # Not redacted here: the ticket's own Redactor redacts it with the rest of the bundle
         # (`ticket.attach_scan`), so a placeholder means the same value in every file.
         report = runner.run_scan(runner.ScanOptions(python=target, probes=probes, redact=False), progress=progress)
+    except runner.ScanInterrupted as exc:
+        raise _Interrupted(f"interrupted by {exc.signal_name} during the bundle's scan", exc.exit_code) from None
     except runner.ScanError as exc:
         if not quiet:
             _say(f"the scan could not run: {exc}")

@@ -8,23 +8,25 @@ How, and why:
   with it (SIGWINCH), so `isatty()` stays true and colours and progress bars still work; otherwise
   it is a pipe. Two ptys rather than one keep the streams apart. Output post-processing (ONLCR) is
   off on them, so the bytes relayed are exactly the bytes the command wrote.
-- The command stays in gpudoctor's process group and session, and its stdin is gpudoctor's stdin,
-  untouched. On a terminal that means prompts, `pdb`, `getpass` (/dev/tty) and Ctrl-Z behave
-  exactly as without gpudoctor, and a Ctrl-C typed at the terminal reaches the command directly,
-  once, from the kernel.
-- Signals. SIGINT, SIGQUIT, SIGTERM and SIGHUP are taken with `sigtimedwait`, which says who sent
-  them (`si_code`): a Ctrl-C or Ctrl-\\ that the terminal already delivered to the command is not
-  sent a second time (a second SIGINT would break a Python program's KeyboardInterrupt clean-up);
-  one sent with kill(2) to gpudoctor alone is forwarded. SIGTERM and SIGHUP are always forwarded.
-  A second SIGINT ends the command: SIGTERM, then SIGKILL after `KILL_GRACE_S`; a third is SIGKILL.
-  The command restarts with gpudoctor's original signal mask, and on Linux it gets SIGKILL if
-  gpudoctor itself is killed (PR_SET_PDEATHSIG), so no orphan keeps a GPU busy. Where
-  `sigtimedwait` does not exist (macOS), ordinary handlers record the signals, and a SIGINT is taken
-  to come from the terminal when gpudoctor is in the terminal's foreground process group.
+- The command runs in a process group of its own, and gpudoctor owns the whole tree it starts
+  (gpudoctor.ticket.proctree): signals are sent to the group, and when the command ends, or
+  gpudoctor does, nothing it started is left running (SIGTERM, then SIGKILL after
+  `KILL_GRACE_S`), not even a launcher's orphaned workers; if gpudoctor is killed with SIGKILL, a
+  watchdog process kills the group. Its stdin is gpudoctor's stdin, untouched.
+- The terminal. gpudoctor's group stays the terminal's foreground group, so a Ctrl-C typed there
+  reaches gpudoctor, which passes it to the command's group once; when the command reads from or
+  sets the terminal (a prompt, pdb, getpass), it is stopped by SIGTTIN/SIGTTOU and gpudoctor hands
+  it the terminal, from then on its own to signal (Ctrl-C, Ctrl-Z) as without gpudoctor; the
+  window size follows. Ctrl-Z stops the command and gpudoctor (its job), `fg` resumes both.
+- Signals. SIGINT, SIGQUIT, SIGTERM and SIGHUP are forwarded to the command's group (taken with
+  `sigtimedwait` where it exists, with handlers elsewhere). A second SIGINT ends the command:
+  SIGTERM, then SIGKILL after `KILL_GRACE_S`; a third is SIGKILL. The command restarts with
+  gpudoctor's original signal mask, and on Linux it gets SIGKILL if gpudoctor itself is killed
+  (PR_SET_PDEATHSIG).
 - The record. The combined output keeps its first `HEAD_BYTES` and last `TAIL_BYTES`, each stream
   its last `STREAM_TAIL_BYTES`, whatever the command prints (megabytes or gigabytes).
 - When the command exits but something it started still holds its output open, gpudoctor reads
-  for `DRAIN_S` more and stops: a daemon's later output is not waited for.
+  for `DRAIN_S` more, then ends what is left of the tree.
 - A broken pipe on gpudoctor's own stdout closes the command's side too, so the command gets
   SIGPIPE/EPIPE as it would have in `command | head`.
 
@@ -42,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from gpudoctor.ticket import proctree
+
 HEAD_BYTES = 64 << 10
 TAIL_BYTES = 1 << 20
 STREAM_TAIL_BYTES = 256 << 10
@@ -49,10 +53,9 @@ DRAIN_S = 2.0
 KILL_GRACE_S = 3.0
 _POLL_S = 0.1
 _READ = 64 << 10
-_SI_KERNEL = 0x80  # si_code of a signal the kernel generated: a terminal's Ctrl-C, Ctrl-\, resize
-
 _FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
-_WATCHED = (*_FORWARDED, signal.SIGWINCH)
+_WATCHED = (*_FORWARDED, signal.SIGWINCH, signal.SIGTSTP)
+_TERMINAL_STOPS = (signal.SIGTTIN, signal.SIGTTOU)  # the command wants the terminal
 
 
 class RunError(Exception):
@@ -150,14 +153,14 @@ class RunResult:
 
 
 class _Signals:
-    """Signals that arrive while the command runs, with whether the terminal sent them (True), a
-    process did (False), or nobody can tell (None)."""
+    """The signals that arrive while the command runs: blocked and taken with `sigtimedwait`, or
+    recorded by handlers where it does not exist (macOS)."""
 
     def __init__(self) -> None:
         self.exact = hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask")
         self.mask: set[signal.Signals] = set()
         self._handlers: dict[int, object] = {}
-        self._pending: list[tuple[int, bool | None]] = []
+        self._pending: list[int] = []
 
     def __enter__(self) -> "_Signals":
         if self.exact:
@@ -171,26 +174,28 @@ class _Signals:
         return self
 
     def _record(self, signum: int, _frame: object) -> None:
-        self._pending.append((signum, None))
+        self._pending.append(signum)
 
-    def poll(self) -> list[tuple[int, bool | None]]:
+    def poll(self) -> list[int]:
         if self.exact:
             out = []
             while True:
                 info = signal.sigtimedwait(_WATCHED, 0)
                 if info is None:
                     return out
-                out.append((info.si_signo, info.si_code == _SI_KERNEL))
+                out.append(info.si_signo)
         out, self._pending = self._pending, []
         return out
 
     def child_setup(self) -> Callable[[], None]:
-        """What runs in the child between fork and exec: the original mask, and death with us."""
+        """What runs in the child between fork and exec: a process group of its own, the original
+        signal mask, and death with us."""
         mask = self.mask
         exact = self.exact
-        prctl = _pdeathsig_setter()
+        prctl = proctree.pdeathsig_setter()
 
         def setup() -> None:
+            os.setpgid(0, 0)
             if exact:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             if prctl is not None:
@@ -205,33 +210,6 @@ class _Signals:
         else:
             for sig, old in self._handlers.items():
                 signal.signal(sig, old)  # type: ignore[arg-type]
-
-
-def _pdeathsig_setter() -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_it() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-
-    return set_it
-
-
-def _foreground(fd: int = 0) -> bool:
-    """Whether gpudoctor's process group owns the terminal on `fd` (then a Ctrl-C typed there
-    reached the command as well)."""
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
 
 
 # --- terminals -----------------------------------------------------------------------------------
@@ -343,110 +321,44 @@ def run_command(
         except (OSError, ValueError):
             pass
     started = time.monotonic()
-    with _Signals() as signals:
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=stdin, stdout=theirs["stdout"], stderr=theirs["stderr"],
-                env=dict(env) if env is not None else None, close_fds=True,
-                preexec_fn=signals.child_setup(),
-            )
-        except FileNotFoundError:
-            _close_all(ours, theirs)
-            raise RunError(f"{argv[0]}: command not found", 127) from None
-        except PermissionError:
-            _close_all(ours, theirs)
-            raise RunError(f"{argv[0]}: permission denied (not executable)", 126) from None
-        except OSError as exc:
-            _close_all(ours, theirs)
-            raise RunError(f"{argv[0]}: cannot run: {exc.strerror or exc}", 126) from None
-        for fd in theirs.values():
-            os.close(fd)
-
-        interrupts = 0
-        forwarded: list[str] = []
-        kill_at: float | None = None
-        drain_until: float | None = None
-
-        def send(sig: int) -> None:
-            if proc.poll() is None:
-                try:
-                    proc.send_signal(sig)
-                except ProcessLookupError:
-                    return
-                if sig != signal.SIGWINCH:
-                    forwarded.append(signal.Signals(sig).name)
-
-        while True:
-            if ours:
-                try:
-                    ready, _, _ = select.select(list(ours), [], [], _POLL_S)
-                except InterruptedError:
-                    ready = []
-                for fd in ready:
-                    data = _read(fd)
-                    if data is None:
-                        continue
-                    if not data:
-                        os.close(fd)
-                        del ours[fd]
-                        continue
-                    name = ours[fd]
-                    output.add(data)
-                    records[name].add(data)
-                    try:
-                        _write_all(targets[name], data)
-                    except OSError:
-                        # Our reader went away (`| head`): close the command's side too, so it sees
-                        # the broken pipe itself instead of blocking on a full one.
-                        os.close(fd)
-                        del ours[fd]
-            else:
-                try:
-                    proc.wait(_POLL_S)
-                except subprocess.TimeoutExpired:
-                    pass
-
-            for sig, from_terminal in signals.poll():
-                if sig == signal.SIGWINCH:
-                    for fd, name in ours.items():
-                        if use_pty[name]:
-                            _copy_size(targets[name], fd)
-                    if any(use_pty.values()):
-                        send(signal.SIGWINCH)
-                    continue
-                if sig == signal.SIGINT:
-                    interrupts += 1
-                    if interrupts == 1:
-                        if from_terminal is False or (from_terminal is None and not _foreground()):
-                            send(sig)
-                    elif interrupts == 2:
-                        send(signal.SIGTERM)
-                        kill_at = time.monotonic() + KILL_GRACE_S
-                    else:
-                        send(signal.SIGKILL)
-                    if on_interrupt is not None:
-                        on_interrupt(interrupts)
-                    continue
-                if sig == signal.SIGQUIT and (from_terminal or (from_terminal is None and _foreground())):
-                    continue  # the terminal sent it to the command too
-                send(sig)
-
-            now = time.monotonic()
-            if kill_at is not None and now >= kill_at:
-                send(signal.SIGKILL)
-                kill_at = None
-            if proc.poll() is not None:
-                if not ours:
-                    break
-                if drain_until is None:
-                    drain_until = now + DRAIN_S
-                elif now >= drain_until:
-                    for fd in ours:
-                        os.close(fd)
-                    ours.clear()
-                    break
-
-        returncode = proc.wait()
+    subreaper = proctree.set_subreaper(True)
+    try:
+        with _Signals() as signals:
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=stdin, stdout=theirs["stdout"], stderr=theirs["stderr"],
+                    env=dict(env) if env is not None else None, close_fds=True,
+                    preexec_fn=signals.child_setup(),
+                )
+            except FileNotFoundError:
+                _close_all(ours, theirs)
+                raise RunError(f"{argv[0]}: command not found", 127) from None
+            except PermissionError:
+                _close_all(ours, theirs)
+                raise RunError(f"{argv[0]}: permission denied (not executable)", 126) from None
+            except OSError as exc:
+                _close_all(ours, theirs)
+                raise RunError(f"{argv[0]}: cannot run: {exc.strerror or exc}", 126) from None
+            for fd in theirs.values():
+                os.close(fd)
+            watchdog = proctree.Watchdog(proc.pid)
+            terminal = proctree.Terminal()
+            try:
+                returncode, interrupts, forwarded = _supervise(
+                    proc, signals, watchdog, terminal, ours, records, output, targets, use_pty, on_interrupt)
+            finally:
+                terminal.close()
+                if proc.poll() is None:  # only if something above failed: the command too
+                    _kill_group(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                proctree.end_tree(proc.pid, KILL_GRACE_S, exclude=(watchdog.pid,) if watchdog.pid else ())
+                watchdog.stop()
+                for fd in ours:
+                    os.close(fd)
+                ours.clear()
+    finally:
+        if subreaper:
+            proctree.set_subreaper(False)
     duration = time.monotonic() - started
     return RunResult(
         argv=argv,
@@ -460,6 +372,159 @@ def run_command(
         interrupts=interrupts,
         forwarded=forwarded,
     )
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _size(fd: int) -> bytes | None:
+    try:
+        import fcntl
+        import termios
+
+        return fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
+    except (OSError, ImportError):
+        return None
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _supervise(
+    proc: subprocess.Popen, signals: _Signals, watchdog: proctree.Watchdog, terminal: proctree.Terminal,
+    ours: dict[int, str], records: dict[str, Record], output: Record, targets: dict[str, int],
+    use_pty: dict[str, bool], on_interrupt: Callable[[int], None] | None,
+) -> tuple[int, int, list[str]]:
+    """Relay the command's output and the signals for it until it exits and its output ends (or
+    `DRAIN_S` after it exited). Returns (returncode, SIGINTs received, signals forwarded)."""
+    interrupts = 0
+    forwarded: list[str] = []
+    kill_at: float | None = None
+    drain_until: float | None = None
+    next_scan = time.monotonic() + proctree.SCAN_S
+    pgid = proc.pid
+    sizes = {name: _size(fd) for name, fd in targets.items() if use_pty[name]}
+
+    def send(sig: int) -> None:
+        if proc.poll() is None and _kill_group(pgid, sig) and sig != signal.SIGWINCH:
+            forwarded.append(signal.Signals(sig).name)
+
+    def suspend() -> None:
+        """Ctrl-Z: the command is stopped; so is gpudoctor (the shell's job), until SIGCONT."""
+        had_terminal = terminal.given is not None
+        terminal.take_back()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        # Resumed (`fg` or `bg`): the terminal goes back to the command if it had it and is ours.
+        if had_terminal and terminal.foreground():
+            terminal.give(pgid)
+        _kill_group(pgid, signal.SIGCONT)
+
+    while True:
+        if ours:
+            try:
+                ready, _, _ = select.select(list(ours), [], [], _POLL_S)
+            except InterruptedError:
+                ready = []
+            for fd in ready:
+                data = _read(fd)
+                if data is None:
+                    continue
+                if not data:
+                    os.close(fd)
+                    del ours[fd]
+                    continue
+                name = ours[fd]
+                output.add(data)
+                records[name].add(data)
+                try:
+                    _write_all(targets[name], data)
+                except OSError:
+                    # Our reader went away (`| head`): close the command's side too, so it sees
+                    # the broken pipe itself instead of blocking on a full one.
+                    os.close(fd)
+                    del ours[fd]
+        else:
+            try:
+                proc.wait(_POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+
+        if proc.returncode is None:
+            stop = proctree.stopped_by(proc.pid)
+            if stop is not None and terminal.fd is not None:
+                if stop in _TERMINAL_STOPS and terminal.given is None and terminal.foreground():
+                    terminal.give(pgid)  # a prompt, pdb, getpass: the terminal is the command's now
+                    _kill_group(pgid, signal.SIGCONT)
+                else:
+                    suspend()
+
+        for sig in signals.poll():
+            if sig == signal.SIGWINCH:
+                for fd, name in ours.items():
+                    if use_pty[name]:
+                        _copy_size(targets[name], fd)
+                if any(use_pty.values()):
+                    send(signal.SIGWINCH)
+                continue
+            if sig == signal.SIGTSTP:
+                # Ctrl-Z at the terminal reached gpudoctor's group, not the command's.
+                if proc.poll() is None and _kill_group(pgid, signal.SIGTSTP) and terminal.fd is not None:
+                    deadline = time.monotonic() + 2.0
+                    while (proc.poll() is None and time.monotonic() < deadline
+                           and proctree.stopped_by(proc.pid) is None):
+                        time.sleep(0.01)
+                    suspend()
+                continue
+            if sig == signal.SIGINT:
+                interrupts += 1
+                if interrupts == 1:
+                    send(sig)
+                elif interrupts == 2:
+                    send(signal.SIGTERM)
+                    kill_at = time.monotonic() + KILL_GRACE_S
+                else:
+                    send(signal.SIGKILL)
+                if on_interrupt is not None:
+                    on_interrupt(interrupts)
+                continue
+            send(sig)
+
+        now = time.monotonic()
+        if terminal.given is not None:
+            # The terminal's resizes go to the command's group now: follow them by polling.
+            for fd, name in ours.items():
+                if use_pty[name]:
+                    size = _size(targets[name])
+                    if size is not None and size != sizes.get(name):
+                        sizes[name] = size
+                        _copy_size(targets[name], fd)
+                        send(signal.SIGWINCH)
+        if now >= next_scan and proc.returncode is None:
+            # Processes that left the command's group: the watchdog must know them too.
+            next_scan = now + proctree.SCAN_S
+            tree = proctree.descendants(os.getpid(), exclude=(watchdog.pid,) if watchdog.pid else ())
+            watchdog.register(p for p in tree if p != proc.pid and _pgid(p) not in (pgid, None))
+            proctree.reap((proc.pid, watchdog.pid))
+        if kill_at is not None and now >= kill_at:
+            send(signal.SIGKILL)
+            kill_at = None
+        if proc.poll() is not None:
+            if not ours:
+                break
+            if drain_until is None:
+                drain_until = now + DRAIN_S
+            elif now >= drain_until:
+                break
+    return proc.wait(), interrupts, forwarded
 
 
 def _close_all(ours: dict[int, str], theirs: dict[str, int]) -> None:

@@ -1,5 +1,7 @@
 """GPU009's Python side: the project's own calls of a C++ binding, with which arguments are known
-to be dense. gpudoctor.lint.cpprules reads the C++ side and asks here.
+to be dense. gpudoctor.lint.engine hands in the Python files that call a binding's name (and a
+way to get more: a wrapper's callers); gpudoctor.lint.cpprules decides with the answers
+(`resolve_data_ptr`).
 
 A call is a call of the binding only when what it calls is the extension: `_C.fwd(...)` where
 `_C` is imported (`from pkg import _C`, `import ext_cuda`), loaded (`load(...)`,

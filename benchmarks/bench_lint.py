@@ -5,7 +5,11 @@ the best of several runs is the one least disturbed by it), CPU time (user+sys o
 tree), peak memory of the whole process tree (sampled from /proc: parent plus workers), files per
 second and the ratios of medians and of bests.
 
-    python benchmarks/bench_lint.py [--rounds 3] [--tree PATH] [--jobs N]
+    python benchmarks/bench_lint.py [--rounds 3] [--tree PATH] [--jobs N] [--baseline PYTHON]
+
+`--baseline PYTHON` adds the same two gpudoctor rows run by another interpreter (another
+checkout's venv: `--baseline ../main/.venv/bin/python`), so a change is measured before and after
+in one run, under the same load.
 
 ruff is not a dependency of gpudoctor: install it into the environment for this comparison
 (`pip install ruff`); without it the ruff rows are skipped. Files are counted the way each tool
@@ -95,6 +99,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tree", default=default_tree)
     ap.add_argument("--jobs", type=int, default=None, help="gpudoctor lint --jobs (default: every core)")
+    ap.add_argument("--baseline", default=None, help="another interpreter whose gpudoctor to run beside this one")
     args = ap.parse_args()
 
     counts = count_files(args.tree)
@@ -106,6 +111,10 @@ def main() -> int:
         # the C++ rules off: no C++/CUDA file is read, as with ruff
         "gpudoctor lint (Python rules)": gd + ["--ignore", "GPU009,GPU010"],
     }
+    if args.baseline:
+        base = [args.baseline] + gd[1:]
+        commands["baseline lint (all files)"] = base
+        commands["baseline lint (Python rules)"] = base + ["--ignore", "GPU009,GPU010"]
     # the interpreter's own environment first: a venv used without activating it
     ruff = shutil.which("ruff", path=os.path.dirname(sys.executable)) or shutil.which("ruff")
     if ruff:
@@ -134,9 +143,14 @@ def main() -> int:
         codes = sorted({r[3] for r in rows})
         print(f"{name:40s} {wall:7.2f} {bests[name]:7.2f} {cpu:7.2f} {peak:8.0f} {counts['python'] / wall:11.0f}  "
               f"{' '.join(f'{r[0]:.2f}' for r in rows)}  exit={codes}")
+    if args.baseline:
+        print(f"baseline: {args.baseline}")
+        for kind in ("all files", "Python rules"):
+            print(f"ratio gpudoctor lint ({kind}) / baseline: {medians[f'gpudoctor lint ({kind})'] / medians[f'baseline lint ({kind})']:.2f}x "
+                  f"(medians), {bests[f'gpudoctor lint ({kind})'] / bests[f'baseline lint ({kind})']:.2f}x (bests)")
     if ruff:
         base = medians["ruff check --select ALL --no-cache"]
-        for name in list(commands)[:2]:
+        for name in [n for n in commands if n.startswith(("gpudoctor", "baseline"))]:
             print(f"ratio {name} / ruff: {medians[name] / base:.2f}x (medians), "
                   f"{bests[name] / bests['ruff check --select ALL --no-cache']:.2f}x (bests)")
     return 0

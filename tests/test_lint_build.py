@@ -333,3 +333,83 @@ def test_builds_are_judged_one_build_at_a_time(tmp_path):
     result = lint_tree(tmp_path, files, select=["GPU006"])
     got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
     assert got == [("CMakeLists.txt", 3), ("Dockerfile", 2), ("Makefile", 3), ("setup.py", 6)]
+
+
+def test_cmake_definitions_on_a_command_line_are_read(tmp_path):
+    """`-DCMAKE_CUDA_ARCHITECTURES=...` / `-DTORCH_CUDA_ARCH_LIST=...` words: a help message
+    that shows the option with a placeholder (this once ended the whole run in a TypeError) is
+    not a build, and a real value on a cmake command line is judged."""
+    files = {
+        "CMakeLists.txt": """
+            cmake_minimum_required(VERSION 3.18)
+            if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+              message(FATAL_ERROR "pass -DCMAKE_CUDA_ARCHITECTURES=<arch> (e.g. 90)")
+            endif()
+            add_definitions(-DTORCH_CUDA_ARCH_LIST=<list>)
+            """,
+        "build.sh": """
+            cmake -B build -DCMAKE_CUDA_ARCHITECTURES=80-real  # <-
+            cmake -B build2 -DCMAKE_CUDA_ARCHITECTURES=80
+            """,
+        "other.py": "import torch\nx = torch.zeros(1).view(-1)\n",
+    }
+    result = lint_tree(tmp_path, files)
+    assert result.errors == [] and not getattr(result, "internal_errors", [])
+    got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings if f.code == "GPU006")
+    assert got == [("build.sh", n) for n in marked_lines(files["build.sh"])]
+    assert "SASS for sm_80 and no PTX" in next(f.message for f in result.findings if f.code == "GPU006")
+
+
+def test_arch_lists_chosen_by_the_cuda_version_are_judged_per_branch(tmp_path):
+    """A list taken only with a toolkit older than 12.8 cannot build for Blackwell whatever it
+    lists: it is judged against the GPUs that toolkit builds for (H100 included). The branch for
+    the newer toolkit, and a list no version test bounds, are judged against every GPU."""
+    files = {
+        "setup.py": """
+            from packaging.version import Version
+            bare_metal_version = Version("12.4")
+            if bare_metal_version >= Version("12.8"):
+                arch = ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_120,code=sm_120"]
+            else:
+                arch = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+            if int(bare_metal_major) == 11:
+                old = ["-gencode", "arch=compute_80,code=sm_80"]  # <- CUDA 11.8 builds for the H100
+            if has_hopper:
+                other = ["-gencode", "arch=compute_90,code=sm_90"]  # <- not a toolkit test
+            """,
+        "CMakeLists.txt": """
+            if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
+              set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 100-real 120)
+            elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 11.8)
+              set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real)
+            else()
+              set(CMAKE_CUDA_ARCHITECTURES 70-real 75-real)  # <-
+            endif()
+            """,
+    }
+    result = lint_tree(tmp_path, {k: v.replace("  # <-", "") if k == "CMakeLists.txt" else v for k, v in files.items()},
+                       select=["GPU006"])
+    got = sorted((f.path.rsplit("/", 1)[-1], f.line) for f in result.findings)
+    want = sorted((name, n) for name, text in files.items() for n in marked_lines(text))
+    assert got == want
+    cmake = next(f for f in result.findings if f.path.endswith("CMakeLists.txt"))
+    # the CUDA < 11.8 branch leaves the GPUs up to what that toolkit builds for, not Blackwell
+    assert "H100" not in cmake.message and "B200" not in cmake.message and "A100" in cmake.message
+
+
+@pytest.mark.parametrize("tests, below", [
+    ([('bare_metal_version >= Version("12.8")', False)], (12, 8)),
+    ([("int(bare_metal_major) == 11", True)], (12, 0)),
+    ([("int(bare_metal_major) >= 11", True)], None),
+    ([("int(bare_metal_minor) > 0", True)], None),
+    ([("cuda_version < (12, 8)", True)], (12, 8)),
+    ([("CUDA_VERSION >= 12080", False)], (12, 8)),
+    ([("float(torch.version.cuda) >= 12.8", False)], (12, 8)),
+    ([("CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.8", True)], (12, 8)),
+    ([("NOT CUDAToolkit_VERSION VERSION_LESS 12.8", False)], (12, 8)),
+    ([('torch.version.cuda >= "12.8" and has_sm100', False)], None),
+    ([("torch.cuda.get_device_capability()[0] >= 9", False)], None),
+    ([("int(bare_metal_major) == 12", True), ('bare_metal_version < Version("12.8")', True)], (12, 8)),
+])
+def test_the_toolkit_bound_of_a_branch(tests, below):
+    assert archflags.toolkit_below(tests) == below

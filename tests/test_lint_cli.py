@@ -77,8 +77,9 @@ def test_json_contract(buggy):
     r = invoke(buggy, "--format", "json")
     assert r.exit_code == 1
     data = json.loads(r.stdout)
-    assert set(data) == {"schema_version", "findings", "errors", "files_checked", "fixed"}
-    assert data["files_checked"] == 1 and data["errors"] == []
+    assert set(data) == {"schema_version", "findings", "errors", "internal_errors", "files_checked", "fixed"}
+    assert data["schema_version"] == "1.1"
+    assert data["files_checked"] == 1 and data["errors"] == [] and data["internal_errors"] == []
     for f in data["findings"]:
         assert {"path", "line", "col", "code", "kb_id", "message", "fix"} <= set(f)
         assert set(f["fix"]) == {"applicability", "diff", "description"}

@@ -2,6 +2,8 @@
 allocator mistakes (GPU010), with the tokenizer's promise that comments and strings never count."""
 from __future__ import annotations
 
+import textwrap
+
 from gpudoctor.lint import cpp
 from lint_helpers import lint_tree, marked_lines
 
@@ -159,7 +161,7 @@ def test_allocator_rule_ignores_c_programs_that_are_not_pytorch_backends(tmp_pat
     assert lint_tree(tmp_path, {"bench.c": source}, select=["GPU010"]).findings == []
 
 
-def test_tokenizer_skips_comments_strings_and_directives():
+def test_the_parser_skips_comments_strings_and_directives():
     text = r'''
     // x.data_ptr() in a line comment
     /* x.data_ptr()
@@ -171,10 +173,27 @@ def test_tokenizer_skips_comments_strings_and_directives():
         continued
     int real = y.data_ptr();
     '''
-    toks = cpp.tokenize(text)
-    ids = [t.text for t in toks.tokens if t.kind == "id"]
-    assert ids.count("data_ptr") == 1 and "y" in ids and "x" not in ids
-    assert "M" in toks.macros and "data_ptr" in toks.macros["M"]
+    parsed = cpp.CppFile(text)
+    assert [cpp.text_of(n) for n in parsed.find("field_expression")] == ["y.data_ptr"]
+    macro = parsed.macros["M"]
+    assert macro.params == ["x"] and macro.body.split() == ["x.data_ptr()", "continued"]
+
+
+def test_a_macro_body_is_read_as_code_not_as_text():
+    """A commented-out line in a macro's body is not part of it; a #define inside a comment or
+    a string defines nothing."""
+    text = r'''
+    #define CHECK_INPUT(x) CHECK_CUDA(x); /* CHECK_CONTIGUOUS(x) */ \
+        CHECK_DTYPE(x)
+    // #define NOT_A_MACRO(x) x.is_contiguous()
+    const char* s = "#define ALSO_NOT(x)";
+    #include "checks.h"
+    /* #include "commented.h" */
+    '''
+    parsed = cpp.CppFile(text)
+    assert set(parsed.macros) == {"CHECK_INPUT"} and parsed.includes == ["checks.h"]
+    calls = [cpp.callee(n)[0] for n in cpp.walk(parsed.macros["CHECK_INPUT"].body_tree()) if n.type == "call_expression"]
+    assert calls == ["CHECK_CUDA", "CHECK_DTYPE"]
 
 
 def test_functions_are_found_with_their_parameters():
@@ -186,11 +205,15 @@ def test_functions_are_found_with_their_parameters():
       return k;
     }
     struct S { S(int a) : a_(a) {} int a_; };
+    template <typename T>
+    void Launcher<T>::run(at::Tensor* p, std::vector<at::Tensor> v, c10::optional<at::Tensor> o) const {}
     }
     """
-    fns = cpp.functions(cpp.tokenize(text))
-    assert [f.name for f in fns] == ["forward"]
-    assert [name for _, name in fns[0].params] == ["q", "k", "n"]
+    fns = cpp.CppFile(textwrap.dedent(text)).functions()
+    assert [f.name for f in fns] == ["forward", "S", "run"]  # the lambda belongs to forward
+    assert [(p.name, p.tensor) for p in fns[0].params] == [("q", True), ("k", True), ("n", False)]
+    # a pointer, a list and an optional are not tensors whose data_ptr() the rule follows
+    assert [(p.name, p.tensor) for p in fns[2].params] == [("p", False), ("v", False), ("o", False)]
 
 
 def test_a_binding_file_without_raw_reads_still_names_the_entry_points(tmp_path):
@@ -379,9 +402,9 @@ def test_one_call_that_is_not_fresh_keeps_the_finding_and_is_named(tmp_path):
 
 
 def test_a_python_wrapper_of_the_same_name_is_followed_to_its_callers(tmp_path):
-    """`def ring_step(x)` in Python calls the binding as `_ext.ring_step(...)`: calls of
-    `ring_step(...)` are the wrapper's (resolved by name), and the wrapper's parameter is dense
-    when every call of the wrapper passes a dense tensor (issue 33)."""
+    """`def ring_step(x)` in Python calls the binding `_ext.ring_step` with its own parameter:
+    the wrapper's callers decide. run() passes torch.zeros: dense; ring_init has no caller at
+    all and stays reported. A second caller passing a transposed tensor is named."""
     wrapper = """
         import torch
         from ringlib import _ext
@@ -398,31 +421,44 @@ def test_a_python_wrapper_of_the_same_name_is_followed_to_its_callers(tmp_path):
         """
     files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/wrap.py": wrapper}
     got = _gpu009(lint_tree(tmp_path, files))
-    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]  # ring_init: no call at all
-    # one caller of the wrapper that passes a transposed tensor: x is reported, naming the binding call
-    files["ringlib/wrap.py"] = wrapper + "\n\n        def run_t(y):\n            return ring_step(y.t())\n"
-    got = _gpu009(lint_tree(tmp_path / "t", files))
-    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
-    assert "wrap.py:7 passes `x`" in next(m for _, _, m in got if m.startswith("x."))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]
+    caller = """
+        from ringlib.wrap import ring_step
 
 
-def test_a_method_call_of_the_same_name_is_not_a_call_of_the_binding(tmp_path):
-    """`buf.ring_init(s.t())` is a method of some object, not the extension's ring_init: it
-    neither protects nor blames the binding's argument."""
-    other = """
-        import torch
-        from ringlib._ext import ring_init
-
-
-        def reset(states, pool):
-            ring_init(torch.zeros(8))
-            for s in states:
-                pool.ring_init(s.t())
+        def step_transposed(h):
+            return ring_step(h.transpose(0, 1))  # <-
         """
-    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY,
-             "ringlib/reset.py": other}
-    got = _gpu009(lint_tree(tmp_path, files))
-    assert [m for _, _, m in got if m.startswith("state.")] == []
+    got = _gpu009(lint_tree(tmp_path, {"ringlib/use.py": caller}))
+    x = [m for _, _, m in got if m.startswith("x.")]
+    assert len(x) == 1 and f"use.py:{marked_lines(caller)[0]} passes `h.transpose(0, 1)`" in x[0]
+
+
+def test_a_method_call_is_not_a_call_of_the_binding(tmp_path):
+    """`acc.add(delta)` on a tensor, `self.add(...)` and `np.add(...)` do not call the binding
+    `add`; `ops.add(...)` on the loaded extension does, and its dense arguments protect it."""
+    ext = RING_EXT.replace('m.def("ring_step", &ring_step);', 'm.def("add", &ring_step);')
+    py = """
+        import numpy as np
+        import torch
+        from torch.utils.cpp_extension import load
+
+        ops = load(name="ring", sources=["csrc/ring.cpp"])
+
+
+        class Acc:
+            def add(self, a, b, c, d):
+                return a
+
+            def step(self, acc, delta):
+                acc.add(delta.t(), delta, delta, delta)
+                self.add(delta.t(), delta, delta, delta)
+                np.add(delta.t(), delta)
+                z = torch.zeros(8)
+                ops.add(z, z.view(2, 4), torch.empty(8), z.contiguous())
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": ext, "acc.py": py}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]
 
 
 LAYOUT_EXT = """
@@ -462,3 +498,290 @@ def test_a_same_layout_helper_ties_a_tensor_to_a_checked_one(tmp_path):
     and q are compared with each other but neither is checked: all three are reported."""
     got = _gpu009(lint_tree(tmp_path, {"ext.cpp": LAYOUT_EXT}, select=["GPU009"]))
     assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["p", "q", "ref"]
+
+
+# --- what a real parser sees: lambdas, macros from headers, dispatcher registrations -------------
+
+LAMBDA_EXT = """
+#include <torch/extension.h>
+__global__ void k(const float* x, float* y, int n) {}
+
+torch::Tensor forward_impl(torch::Tensor x) {
+  k<<<1, 256>>>(x.data_ptr<float>(), nullptr, x.numel());   // <- forward_impl
+  return x;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("scale", [](torch::Tensor x, torch::Tensor out) {
+    TORCH_CHECK(out.is_contiguous(), "out must be contiguous");
+    k<<<1, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());   // <- scale
+  });
+  m.def("scale_fresh", [](torch::Tensor x) {
+    k<<<1, 256>>>(x.data_ptr<float>(), nullptr, x.numel());
+  }, py::arg("x"));
+  m.def("forward", [](torch::Tensor x) { return forward_impl(x); });
+}
+"""
+
+
+def test_bindings_written_as_lambdas_are_entry_points(tmp_path):
+    """A lambda handed to m.def is a function of its own: its reads are checked against its own
+    parameters, its calls pass its parameters on, and the project's Python calls of its name
+    are its callers (scale_fresh gets torch.zeros at its only call)."""
+    py = """
+        import torch
+        from ext import _C
+
+
+        def run(x):
+            _C.scale_fresh(torch.zeros(4))
+            return _C.forward(x)
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ext.cpp": LAMBDA_EXT, "ext/__init__.py": "", "ext/run.py": py}))
+    want = marked_lines(LAMBDA_EXT, "// <-")
+    assert sorted(line for _, line, _ in got) == want
+    scale = next(m for _, line, m in got if line == want[1])
+    assert scale.startswith("x.data_ptr() reads") and 'the lambda bound as "scale"' in scale
+
+
+UTILS_H = """
+#pragma once
+#define CHECK_CUDA(x) TORCH_CHECK(x.device().is_cuda(), #x " must be a CUDA tensor")
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")
+// the contiguity check was commented out when channels-last inputs were tried
+#define CHECK_INPUT(x) CHECK_CUDA(x); // CHECK_CONTIGUOUS(x)
+#define CHECK_INPUT_STRICT(x) \\
+  CHECK_CUDA(x);              \\
+  CHECK_CONTIGUOUS(x)
+"""
+
+MACRO_EXT = """
+#include <torch/extension.h>
+#include "utils.h"
+
+void loose(torch::Tensor a) {
+  CHECK_INPUT(a);
+  launch(a.data_ptr<float>());   // <-
+}
+
+void strict(torch::Tensor b) {
+  CHECK_INPUT_STRICT(b);
+  launch(b.data_ptr<float>());
+}
+
+void unknown(torch::Tensor c) {
+  VERIFY_DENSE_LAYOUT(c);        // defined in no linted file: judged by its name, and it names no check
+  launch(c.data_ptr<float>());   // <-
+}
+
+void named(torch::Tensor d) {
+  CHECK_IS_CONTIGUOUS(d);        // defined in no linted file: its name says it checks contiguity
+  launch(d.data_ptr<float>());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("loose", &loose);
+  m.def("strict", &strict);
+  m.def("unknown", &unknown);
+  m.def("named", &named);
+}
+"""
+
+
+def test_macros_are_read_by_their_body_in_the_headers_a_file_includes(tmp_path):
+    """CHECK_INPUT's name promises a check, but its body (in a project header with no data_ptr
+    of its own) has the contiguity check commented out: it checks the device only. Another
+    folder's header that defines CHECK_INPUT properly does not decide for this file."""
+    other = MACRO_EXT.replace("void ", "void other_").replace('&', '&other_').replace('"loose"', '"o1"') \
+        .replace('"strict"', '"o2"').replace('"unknown"', '"o3"').replace('"named"', '"o4"')
+    files = {"csrc/utils.h": UTILS_H, "csrc/ext.cu": MACRO_EXT,
+             "vendored/utils.h": UTILS_H.replace("// CHECK_CONTIGUOUS(x)", "CHECK_CONTIGUOUS(x)"),
+             "vendored/other.cu": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert sorted((name, line) for name, line, _ in got) == [("ext.cu", n) for n in marked_lines(MACRO_EXT, "// <-")] + \
+        [("other.cu", marked_lines(MACRO_EXT, "// <-")[1])]
+
+
+DISPATCH_EXT = """
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+template <typename scalar_t>
+__global__ void gather_kernel(const scalar_t* src, const int64_t* idx, scalar_t* out, int64_t n) {}
+
+template <typename scalar_t>
+void launch_gather(const at::Tensor& src, const at::Tensor& idx, at::Tensor& out) {
+  gather_kernel<scalar_t><<<(idx.numel() + 255) / 256, 256>>>(
+      src.data_ptr<scalar_t>(),       // <- src
+      idx.data_ptr<int64_t>(),        // <- idx
+      out.data_ptr<scalar_t>(), idx.numel());
+}
+
+at::Tensor gather_cuda(const at::Tensor& src, const at::Tensor& idx) {
+  auto out = at::empty({idx.numel()}, src.options());
+  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "gather", [&] { launch_gather<scalar_t>(src, idx, out); });
+  return out;
+}
+
+TORCH_LIBRARY(myops, m) {
+  m.def("gather(Tensor src, Tensor idx) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("gather", TORCH_FN(gather_cuda));
+}
+"""
+
+
+def test_dispatcher_registrations_templates_and_kernel_launches(tmp_path):
+    """TORCH_LIBRARY_IMPL names the entry point; the template launcher is called from a lambda
+    inside AT_DISPATCH (part of gather_cuda) with the entry point's parameters and a fresh
+    tensor; the Python caller passes a transposed tensor, and the finding names it."""
+    py = """
+        import torch
+
+
+        def gather_rows(table, index):
+            return torch.ops.myops.gather(table.t(), index.contiguous())  # <-
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/gather.cu": DISPATCH_EXT, "ops/__init__.py": "", "ops/gather.py": py}))
+    assert [(line, m.split(".data_ptr")[0]) for _, line, m in got] == \
+        [(marked_lines(DISPATCH_EXT, "// <- src")[0], "src")]
+    assert f"gather.py:{marked_lines(py)[0]} passes `table.t()`" in got[0][2]
+    # without Python callers both reads of the entry point's tensors are reported
+    got = _gpu009(lint_tree(tmp_path / "alone", {"csrc/gather.cu": DISPATCH_EXT}))
+    assert sorted(line for _, line, _ in got) == marked_lines(DISPATCH_EXT, "// <- ")
+
+
+SHAPES_EXT = """
+#include <torch/extension.h>
+#define CHECK_DO(x) do { TORCH_CHECK((x).is_contiguous(), #x); } while (0)
+#define CHECK_ALL(...) check_all({__VA_ARGS__})
+#define CHECK_DEVICES(...) check_devices({__VA_ARGS__})
+#define CHECK_TENSOR(x, nd) TORCH_CHECK(x.dim() == nd); TORCH_CHECK(x.is_contiguous())
+
+static void check_dense(const at::Tensor& t) { TORCH_CHECK(t.is_contiguous(), "dense"); }
+static void check_cuda(const at::Tensor& t) { TORCH_CHECK(t.is_cuda(), "cuda"); }
+void check_all(std::initializer_list<at::Tensor> ts) { for (auto& t : ts) TORCH_CHECK(t.is_contiguous()); }
+void check_devices(std::initializer_list<at::Tensor> ts) { for (auto& t : ts) TORCH_CHECK(t.is_cuda()); }
+
+#ifdef WITH_CUDA
+TORCH_API std::vector<at::Tensor> a_fwd(at::Tensor& a) {
+  CHECK_DO(a);
+  launch(a.data_ptr<float>());
+  return {a};
+}
+#endif
+
+C10_EXPORT at::Tensor b_fwd(const at::Tensor& b, int64_t n) {
+  CHECK_TENSOR(b, 2);
+  check_cuda(b);
+  launch(b.data_ptr<float>());
+  return b;
+}
+
+at::Tensor c_fwd(const at::Tensor& c, const at::Tensor& c2) {
+  check_dense(c);
+  check_cuda(c2);                                  // a helper that checks the device only
+  launch(c.data_ptr<float>(), c2.data_ptr<float>());   // <- c2
+  return c;
+}
+
+at::Tensor d_fwd(const at::Tensor& d, const at::Tensor& e) {
+  CHECK_ALL(d, e);
+  CHECK_DEVICES(d, e);
+  launch(d.data_ptr<float>(), e.data_ptr<float>());
+  return d;
+}
+
+at::Tensor g_fwd(const at::Tensor& g) {
+  CHECK_DEVICES(g);
+  launch((g).data_ptr<float>());                   // <- g
+  return g;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("a", &a_fwd, "doc", py::arg("a"));
+  m.def("b", &b_fwd);
+  m.def("c", &c_fwd);
+  m.def("d", &d_fwd);
+  m.def("g", &g_fwd);
+}
+"""
+
+
+def test_checks_in_the_shapes_extensions_write_them(tmp_path):
+    """do { ... } while (0) with a parenthesised argument, a variadic macro handing {__VA_ARGS__}
+    to a helper that checks each element in a range-for, a macro with more arguments than the
+    tensor, a helper function of the file, in an #ifdef, behind TORCH_API / C10_EXPORT: all
+    checks. The same shapes checking the device only are not."""
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ext.cu": SHAPES_EXT}))
+    assert sorted((line, m.split(".data_ptr")[0]) for _, line, m in got) == \
+        [(marked_lines(SHAPES_EXT, "// <- c2")[0], "c2"), (marked_lines(SHAPES_EXT, "// <- g")[0], "g")]
+
+
+def test_a_method_of_an_object_the_extension_made_is_a_call_of_its_binding(tmp_path):
+    """`ws = _C.Ring(n)` is a pybind11 object: `ws.ring_step(...)` calls the bound method, and the
+    transposed tensor it passes is named."""
+    ext = RING_EXT.replace('m.def("ring_step", &ring_step);',
+                           'py::class_<Ring>(m, "Ring").def(py::init<int>()).def("ring_step", &ring_step);')
+    py = """
+        import torch
+        from ringlib import _C
+
+
+        def run(h):
+            ws = _C.Ring(4)
+            ws.ring_step(h.t(), torch.empty(4), torch.zeros(4), torch.empty(0))  # <-
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": ext, "ringlib/__init__.py": "", "ringlib/run.py": py}))
+    x = [m for _, _, m in got if m.startswith("x.")]
+    assert len(x) == 1 and f"run.py:{marked_lines(py)[0]} passes `h.t()`" in x[0]
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
+
+
+def test_fresh_tensors_at_the_python_call_protect_the_kernel(tmp_path):
+    """torch.empty at the call, a buffer registered as torch.empty(...), a .view() of a fresh
+    tensor (kept across `out = out.view(...)`) are contiguous; a .view() of a parameter is
+    whatever the caller passed."""
+    py = """
+        import torch
+        from torch import nn
+        from ringlib import _ext
+
+
+        class Ring(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.register_buffer("work", torch.empty(n, 2), persistent=False)
+
+            def forward(self, x, bias):
+                out = torch.empty(x.numel())
+                out = out.view(-1, 2)
+                x = x.view(-1, 2)
+                _ext.ring_step(x, out, self.work.view(-1), torch.empty(8).view(2, 4))  # <-
+                return out
+        """
+    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/m.py": py}))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
+    x = next(m for _, _, m in got if m.startswith("x."))
+    assert f"m.py:{marked_lines(py)[0]} passes `x`" in x
+
+
+def test_a_method_call_of_the_same_name_is_not_a_call_of_the_binding(tmp_path):
+    """`buf.ring_init(s.t())` is a method of some object, not the extension's ring_init: it
+    neither protects nor blames the binding's argument."""
+    other = """
+        import torch
+        from ringlib._ext import ring_init
+
+
+        def reset(states, pool):
+            ring_init(torch.zeros(8))
+            for s in states:
+                pool.ring_init(s.t())
+        """
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY,
+             "ringlib/reset.py": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert [m for _, _, m in got if m.startswith("state.")] == []

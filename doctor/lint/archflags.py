@@ -61,6 +61,22 @@ GPUS: dict[tuple[int, int], str] = {
 }
 
 
+# The first CUDA toolkit that builds for each of them (nvcc's supported -arch values by release):
+# a build chosen for an older toolkit cannot give them a kernel of their own, whatever it lists.
+FIRST_TOOLKIT: dict[tuple[int, int], tuple[int, int]] = {
+    (7, 0): (9, 0),
+    (7, 5): (10, 0),
+    (8, 0): (11, 0),
+    (8, 6): (11, 1),
+    (8, 9): (11, 8),
+    (9, 0): (11, 8),
+    (10, 0): (12, 8),
+    (10, 3): (12, 9),
+    (12, 0): (12, 8),
+    (12, 1): (12, 9),
+}
+
+
 @dataclass(frozen=True)
 class Tok:
     """One flag word and the file offset of its first character (None when not known exactly)."""
@@ -164,10 +180,9 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         m = re.match(r"^(-arch|--gpu-architecture|-code|--gpu-code|-gencode|--generate-code)(=(.*))?$", word)
         if not m:
-            if word.startswith("-DCMAKE_CUDA_ARCHITECTURES="):
-                _cmake_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
-            elif word.startswith("-DTORCH_CUDA_ARCH_LIST="):
-                _torch_values([Tok(word.split("=", 1)[1], _shift(tok, word.index("=") + 1))], t)
+            if word.startswith(("-DCMAKE_CUDA_ARCHITECTURES=", "-DTORCH_CUDA_ARCH_LIST=")):
+                value = _shift(tok, word.index("=") + 1)
+                (_cmake_values if word.startswith("-DCMAKE_") else _torch_values)([value], t)
             i += 1
             continue
         flag, value = m.group(1), m.group(3)
@@ -219,7 +234,8 @@ def nvcc_targets(tokens: list[Tok], shell: bool = False) -> Targets:
     return t
 
 
-def _shift(tok: Tok, n: int) -> Tok | None:
+def _shift(tok: Tok, n: int) -> Tok:
+    """The rest of `tok` after its first `n` characters (`-arch=` + `sm_86`: the value)."""
     return Tok(tok.text[n:], tok.start + n if tok.start is not None else None)
 
 
@@ -319,13 +335,125 @@ def cmake_arch_targets(values: list[Tok]) -> Targets:
     return t
 
 
-def left_out(t: Targets) -> list[tuple[int, int]]:
-    """The GPUs (`GPUS`) newer than the build's newest target that get no kernel from it."""
+def left_out(t: Targets, toolkit_below: tuple[int, int] | None = None) -> list[tuple[int, int]]:
+    """The GPUs (`GPUS`) newer than the build's newest target that get no kernel from it; with
+    `toolkit_below`, only those a toolkit older than that version can build for (a branch taken
+    only with such a toolkit)."""
     targets = t.code_targets()
     if not targets:
         return []
     newest = max((x.major, x.minor) for x in targets)
-    return [cap for cap in GPUS if cap > newest and not coverage(targets, cap).ok]
+    return [cap for cap in GPUS if cap > newest and not coverage(targets, cap).ok
+            and (toolkit_below is None or FIRST_TOOLKIT[cap] < toolkit_below)]
+
+
+# --- arch lists chosen by the CUDA toolkit's version ----------------------------------------
+
+_TOOLKIT_NAME = re.compile(r"cuda\w*version|version\w*cuda|bare_metal|nvcc\w*version|CUDA_VERSION|version\.cuda|"
+                           r"cuda_major|cuda_minor|CUDAToolkit_VERSION|CMAKE_CUDA_COMPILER_VERSION|CUDA_VERSION_MAJOR|"
+                           r"CUDAToolkit_VERSION_MAJOR|cuda_ver|CUDA_VER", re.I)
+_OPS = {">=": ">=", "<=": "<=", ">": ">", "<": "<", "==": "==", "!=": "!=",
+        "VERSION_GREATER_EQUAL": ">=", "VERSION_LESS_EQUAL": "<=", "VERSION_GREATER": ">", "VERSION_LESS": "<",
+        "VERSION_EQUAL": "==", "GREATER_EQUAL": ">=", "LESS_EQUAL": "<=", "GREATER": ">", "LESS": "<", "EQUAL": "=="}
+_NEGATE = {">=": "<", "<": ">=", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
+_COMPARISON = re.compile(r"(?P<lhs>[\w.()\[\]\"'${}]+?)\s*(?P<op>>=|<=|==|!=|>|<|\bVERSION_GREATER_EQUAL\b|"
+                         r"\bVERSION_LESS_EQUAL\b|\bVERSION_GREATER\b|\bVERSION_LESS\b|\bVERSION_EQUAL\b|"
+                         r"\bGREATER_EQUAL\b|\bLESS_EQUAL\b|\bGREATER\b|\bLESS\b|\bEQUAL\b)\s*(?P<rhs>\(\s*\d+\s*,\s*\d+\s*\)|\S+)")
+
+
+def _version_literal(text: str, major_only: bool) -> tuple[int, int] | None:
+    """(12, 8) from `Version("12.8")`, `"12.8"`, `(12, 8)`, `12.8`, `12080` (CUDA_VERSION), or
+    `12` when the compared name is a major version."""
+    text = text.strip()
+    while text.count(")") > text.count("("):  # the rest of the test: `if(X VERSION_LESS 12.8)`
+        text = text[:text.rindex(")")]
+    m = re.match(r"""^(?:\w+\()?["']?(\d+)\.(\d+)(?:\.\d+)?["']?\)?$""", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.match(r"^\(\s*(\d+)\s*,\s*(\d+)\s*\)$", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.match(r"""^["']?(\d+)["']?$""", text)
+    if m:
+        n = int(m.group(1))
+        if major_only and n < 100:
+            return n, 0
+        if n >= 9000:
+            return n // 1000, (n % 1000) // 10
+    return None
+
+
+def python_branch(tree, text: str, node) -> tuple[int, int] | None:
+    """`toolkit_below` for a node of a Python file: the tests of the `if` statements it sits in
+    (the body or the else), by line ranges."""
+    import ast
+
+    line = getattr(node, "lineno", None)
+    if line is None:
+        return None
+    tests: list[tuple[str, bool]] = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.If) or not (n.lineno <= line <= (n.end_lineno or n.lineno)):
+            continue
+        body_end = n.body[-1].end_lineno or n.body[-1].lineno
+        if n.body[0].lineno <= line <= body_end:
+            tests.append((ast.get_source_segment(text, n.test) or "", True))
+        elif n.orelse and n.orelse[0].lineno <= line:
+            tests.append((ast.get_source_segment(text, n.test) or "", False))
+    return toolkit_below(tests)
+
+
+def toolkit_below(tests: list[tuple[str, bool]]) -> tuple[int, int] | None:
+    """The version the CUDA toolkit is older than in a branch, from the tests of the `if`s around
+    it (each with True: inside its body, False: inside its else), in Python or CMake spelling:
+    `bare_metal_version >= Version("12.8")` False gives (12, 8); `int(bare_metal_major) == 11`
+    True gives (12, 0). None when no test bounds the toolkit from above."""
+    bound: tuple[int, int] | None = None
+    for text, holds in tests:
+        text = re.sub(r"\s+", " ", text).strip()
+        negated = False
+        while True:
+            m = re.match(r"^(?:not\s+|NOT\s+|!\s*)(.*)$", text)
+            if not m:
+                break
+            text, negated = m.group(1).strip(), not negated
+            if text.startswith("(") and text.endswith(")"):
+                text = text[1:-1].strip()
+        holds = holds != negated
+        parts = re.split(r"\s+(?:and|AND)\s+|\s*&&\s*", text) if holds else [text]
+        if not holds and re.search(r"\s(?:and|or|AND|OR)\s|&&|\|\|", text):
+            continue  # `not (a and b)`: either may fail, nothing is known
+        for part in parts:
+            if re.search(r"\s(?:or|OR)\s|\|\|", part):
+                continue
+            m = _COMPARISON.search(part)
+            if not m:
+                continue
+            lhs, op, rhs = m.group("lhs"), _OPS[m.group("op")], m.group("rhs")
+            if not _TOOLKIT_NAME.search(lhs) and _TOOLKIT_NAME.search(rhs):
+                lhs, rhs = rhs, lhs
+                op = {">=": "<=", "<=": ">=", ">": "<", "<": ">"}.get(op, op)
+            if not _TOOLKIT_NAME.search(lhs) or re.search(r"minor", lhs, re.I):
+                continue
+            major_only = bool(re.search(r"major", lhs, re.I))
+            version = _version_literal(rhs, major_only)
+            if version is None:
+                continue
+            if not holds:
+                op = _NEGATE[op]
+            upper = None
+            if major_only:
+                if op in ("<",):
+                    upper = (version[0], 0)
+                elif op in ("<=", "=="):
+                    upper = (version[0] + 1, 0)
+            elif op == "<":
+                upper = version
+            elif op in ("<=", "=="):
+                upper = (version[0], version[1] + 1)
+            if upper is not None and (bound is None or upper < bound):
+                bound = upper
+    return bound
 
 
 def _built(t: Targets) -> str:
@@ -353,13 +481,14 @@ def _union(a: Targets, b: Targets) -> Targets:
                    fixes={**a.fixes, **b.fixes}, where={**a.where, **b.where})
 
 
-def judge(t: Targets, what: str) -> Verdict | None:
+def judge(t: Targets, what: str, toolkit: tuple[int, int] | None = None) -> Verdict | None:
     """The GPU006 verdict for one set of targets: reported when GPUs newer than the build's
     newest target get no kernel (see the module docstring); None otherwise, and for variables,
-    native/all and named architectures."""
+    native/all and named architectures. `toolkit`: the build is chosen for CUDA toolkits older
+    than this version (`toolkit_below`), so only the GPUs such a toolkit builds for are judged."""
     if t.unknown or t.special or t.anchor is None or not t.archs:
         return None
-    missing = left_out(t)
+    missing = left_out(t, toolkit)
     if not missing:
         return None
     families: dict[int, list[tuple[int, int]]] = {}
@@ -484,18 +613,29 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
         from_flags = nvcc_targets([Tok(t.text.rstrip(")"), t.start) for t in words if _flagish(t.text)], shell=True)
         if not any(FLAG_HINT.search(t.text) for t in words):
             from_flags = Targets()
-        groups = [(cmake_arch_targets(variable) if variable else Targets(), "CUDA_ARCHITECTURES")]
-        groups += [(cmake_arch_targets([p]), "this target's CUDA_ARCHITECTURES") for p in properties]
-        for part, what in groups:
+        # Values set in branches chosen by the CUDA toolkit's version are alternatives, each
+        # judged (with the rest of the file's values) against the GPUs its toolkit builds for.
+        branch = _cmake_branches(clean)
+        by_branch: dict[tuple, list[Tok]] = {}
+        for tok in variable:
+            tests = tuple(t for t in branch(tok.start or 0) if _TOOLKIT_NAME.search(t[0]))
+            by_branch.setdefault(tests, []).append(tok)
+        base = by_branch.pop((), [])
+        chosen = [(base + toks, toolkit_below(list(tests))) for tests, toks in by_branch.items()] or \
+            ([(base, None)] if base else [])
+        groups = [(cmake_arch_targets(toks), "CUDA_ARCHITECTURES", bound) for toks, bound in chosen] or \
+            [(Targets(), "CUDA_ARCHITECTURES", None)]
+        groups += [(cmake_arch_targets([p]), "this target's CUDA_ARCHITECTURES", None) for p in properties]
+        for part, what, bound in groups:
             # CUDA_ARCHITECTURES and hand-written nvcc flags feed the same builds: reported only
             # when the two together still leave newer GPUs without a kernel.
-            if part.archs and from_flags.archs and judge(_union(part, from_flags), "") is None:
+            if part.archs and from_flags.archs and judge(_union(part, from_flags), "", bound) is None:
                 continue
-            verdict = judge(part, what)
+            verdict = judge(part, what, bound)
             if verdict:
                 out.append(verdict)
-        if not (any(p.archs for p, _ in groups) and from_flags.archs and
-                all(judge(_union(p, from_flags), "") is None for p, _ in groups if p.archs)):
+        if not (any(p.archs for p, _, _ in groups) and from_flags.archs and
+                all(judge(_union(p, from_flags), "", b) is None for p, _, b in groups if p.archs)):
             verdict = judge(from_flags, "the nvcc flags")
             if verdict:
                 out.append(verdict)
@@ -523,6 +663,49 @@ def scan_build(text: str, kind: str) -> list[Verdict]:
             if verdict:
                 out.append(verdict)
     return out
+
+
+_CMAKE_IF = re.compile(r"(?im)^[ \t]*(if|elseif|else|endif)[ \t]*\(")
+
+
+def _cmake_branches(clean: str):
+    """A function: offset -> the tests of the CMake if() blocks around it, each with True (in the
+    branch the test opens) or False (in a later elseif/else of it)."""
+    starts: list[int] = [0]
+    snapshots: list[tuple[tuple[str, bool], ...]] = [()]
+    stack: list[tuple[list[str], str | None]] = []  # per open if: earlier tests of the chain, the current one
+
+    def now() -> tuple[tuple[str, bool], ...]:
+        out: list[tuple[str, bool]] = []
+        for earlier, current in stack:
+            out += [(t, False) for t in earlier]
+            if current is not None:
+                out.append((current, True))
+        return tuple(out)
+
+    for m in _CMAKE_IF.finditer(clean):
+        word = m.group(1).lower()
+        depth, i = 1, m.end()
+        while i < len(clean) and depth:
+            depth += {"(": 1, ")": -1}.get(clean[i], 0)
+            i += 1
+        test = clean[m.end():i - 1].strip()
+        if word == "if":
+            stack.append(([], test))
+        elif word in ("elseif", "else") and stack:
+            earlier, current = stack[-1]
+            stack[-1] = (earlier + ([current] if current is not None else []), test if word == "elseif" else None)
+        elif word == "endif" and stack:
+            stack.pop()
+        starts.append(i)
+        snapshots.append(now())
+
+    def tests_at(offset: int) -> tuple[tuple[str, bool], ...]:
+        import bisect
+
+        return snapshots[bisect.bisect_right(starts, offset) - 1]
+
+    return tests_at
 
 
 _MAKE_ASSIGN = re.compile(r"^[ \t]*(?:override[ \t]+|export[ \t]+)?([A-Za-z_][A-Za-z0-9_.]*)[ \t]*(\?=|:=|::=|\+=|=)(.*)$")

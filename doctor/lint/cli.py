@@ -4,6 +4,9 @@ which lints, applies or shows fixes, renders, and returns the exit code:
     0  no findings (after --fix: none left)
     1  findings (with --diff: fixes to show)
     2  usage or configuration error, or a file that could not be read, decoded or parsed
+    3  internal error: a rule failed on a file (a gpudoctor bug); that rule's findings there are
+       missing, everything else was linted and reported (it wins over 1 and 2: the run is
+       incomplete in a way no change to the input explains)
 
 Messages for people go to stderr; stdout carries only the chosen format. The output itself (-o,
 standard output, a closed pipe) follows the CLI's convention, implemented once in
@@ -15,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 @dataclass
@@ -99,7 +102,7 @@ def run(opts: Options) -> int:
                 sys.stderr.write(f"gpudoctor lint: {n} fix{'es' * (n != 1)} would be applied\n" if out else
                                  "gpudoctor lint: no fixes to apply\n")
             _errors(result)
-            return EXIT_ERROR if result.errors else (EXIT_FINDINGS if out else EXIT_OK)
+            return _exit_code(result, bool(out))
     elif opts.fmt == "json":
         diffs = _finding_diffs(result, tasks)
 
@@ -111,9 +114,15 @@ def run(opts: Options) -> int:
         sys.stderr.write(render.summary(result, opts.unsafe_fixes) + "\n")
         if opts.verbose:
             sys.stderr.write(f"gpudoctor lint: {time.perf_counter() - started:.2f}s\n")
+    return _exit_code(result, bool(result.findings))
+
+
+def _exit_code(result, found: bool) -> int:
+    if result.internal_errors:
+        return EXIT_INTERNAL
     if result.errors:
         return EXIT_ERROR
-    return EXIT_FINDINGS if result.findings else EXIT_OK
+    return EXIT_FINDINGS if found else EXIT_OK
 
 
 def _linted_output(output: str, paths: list[str], isolated: bool) -> str | None:
@@ -249,3 +258,8 @@ def _emit(opts: Options, out: str) -> bool:
 def _errors(result) -> None:
     for e in result.errors:
         _err(f"{e.path}: {e.message}")
+    for ie in result.internal_errors:
+        _err(ie.describe())
+    if result.internal_errors:
+        _err("an internal error is a gpudoctor bug, not a problem in your code: please report it with the "
+             "line above; the other rules and files were linted")

@@ -1,263 +1,384 @@
-"""A C++/CUDA tokenizer for the lint rules, precise where it matters and nothing more: comments,
-string and character literals (raw strings included) never produce tokens, preprocessor
-directives are set aside (macro definitions are kept as text), and function definitions are
-found from their `name ( params ) ... {` shape with balanced brackets.
+"""C++/CUDA parsed with a real grammar (tree-sitter and its CUDA grammar, a superset of C++), for
+the C++ rules: function definitions wherever they sit (namespaces, classes, templates, `extern
+"C"`), lambdas handed to a binding (`m.def("f", [](torch::Tensor a) {...})`), calls, kernel
+launches (`k<<<grid, block>>>(...)`), `#define`d macros (their bodies parsed too, so a commented-out
+line inside a macro checks nothing) and `#include`s.
 
-This is not a C++ parser; the rules built on it only claim what the token stream shows plainly.
+What it does not do: preprocess. Macros are not expanded where they are used (the rules read a
+macro's body when it is called), `#if` branches are all parsed as written, and code that only
+makes sense after expansion (a function whose signature comes from a macro) is seen in the shape
+tree-sitter gives it, with local ERROR nodes where it cannot; types are names, not resolved.
+
+Node positions are byte offsets; `pos` turns one into the 1-based line and the 1-based column in
+characters that findings carry.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
-_TOKEN = re.compile(r"""
-  (?P<ws>[ \t\r\f\v]+|\\\r?\n)
-| (?P<nl>\n)
-| (?P<lc>//[^\n]*)
-| (?P<bc>/\*.*?(?:\*/|\Z))
-| (?P<str>(?:u8|u|U|L)?"(?:\\.|[^"\\\n])*"?)
-| (?P<chr>(?:u8|u|U|L)?'(?:\\.|[^'\\\n])*'?)
-| (?P<id>[A-Za-z_]\w*)
-| (?P<num>\.?\d(?:[eEpP][+-]|[\w.'])*)
-| (?P<op>::|->|<<<|>>>|<<|>>|<=|>=|==|!=|&&|\|\||\+\+|--|[-+*/%&|^!~<>=?:;,.(){}\[\]\#])
-| (?P<other>.)
-""", re.S | re.X)
+from gpudoctor.lint.model import NotLinted
 
-_RAW_PREFIXES = {"R", "u8R", "uR", "UR", "LR"}
-_RAW_OPEN = re.compile(r'"([^()\\\s"]{0,16})\(')
-_CONTROL = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof", "static_assert",
-            "__launch_bounds__", "defined", "noexcept", "throw", "new", "delete", "alignas", "typeid", "requires",
-            "__attribute__", "__declspec", "operator"}
-_QUALIFIERS = {"const", "override", "final", "noexcept", "mutable", "volatile", "&", "&&", "__host__", "__device__",
-               "throw", "try"}
+Node = Any  # tree_sitter.Node (the module is imported only when a file is parsed)
 
 
-@dataclass(frozen=True)
-class Tok:
-    kind: str  # id | num | op | str | chr
-    text: str
-    start: int
+class ParserUnavailable(NotLinted):
+    """tree-sitter or its CUDA grammar cannot be loaded: the C++ rules cannot run."""
+
+
+_PARSER: Any = None
+
+
+def parser() -> Any:
+    """The process's one parser (loaded on first use: `gpudoctor explain` never pays for it)."""
+    global _PARSER
+    if _PARSER is None:
+        try:
+            import tree_sitter
+            import tree_sitter_cuda
+
+            _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_cuda.language()))
+        except Exception as exc:  # noqa: BLE001 (ImportError, an incompatible grammar ABI: ValueError)
+            raise ParserUnavailable(
+                f"not linted for GPU009/GPU010: the C++/CUDA parser cannot be loaded ({type(exc).__name__}: {exc}); "
+                "reinstall gpudoctor (it needs tree-sitter and tree-sitter-cuda)") from None
+    return _PARSER
+
+
+def parse_bytes(data: bytes) -> Any:
+    return parser().parse(data)
+
+
+# --- small helpers over nodes --------------------------------------------------------------------
+
+
+def walk(node: Node, skip: frozenset[str] = frozenset()) -> Iterator[Node]:
+    """Every named node under `node` (itself included), depth first in source order; the
+    subtrees of nodes whose type is in `skip` are not entered. Punctuation and keywords are
+    left out: read them through their parent (`child_by_field_name("operator")`)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if skip and n.type in skip and n is not node:
+            continue
+        children = n.named_children
+        if children:
+            stack.extend(reversed(children))
+
+
+def leaves(node: Node) -> list[Node]:
+    """The tokens under a node, in source order (a string literal gives its quotes and content)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        children = n.children
+        if children:
+            stack.extend(reversed(children))
+        else:
+            out.append(n)
+    return out
+
+
+def words(node: Node) -> list[str]:
+    """The token texts under a node, comments left out."""
+    return [text_of(n) for n in leaves(node) if n.type != "comment"]
+
+
+def text_of(node: Node) -> str:
+    return node.text.decode("utf-8", "surrogateescape") if node is not None else ""
+
+
+def last_name(node: Node | None) -> str:
+    """The plain name a callee or declarator ends in: `f`, `ns::f` and `f<T>` give "f",
+    `obj.f` / `p->f` give "f" (see `is_member`)."""
+    while node is not None:
+        t = node.type
+        if t in ("identifier", "field_identifier", "type_identifier", "namespace_identifier", "destructor_name"):
+            return text_of(node)
+        if t == "qualified_identifier":
+            node = node.child_by_field_name("name")
+        elif t in ("template_function", "template_method", "template_type"):
+            node = node.child_by_field_name("name")
+        elif t == "field_expression":
+            node = node.child_by_field_name("field")
+        elif t == "parenthesized_expression" and node.named_child_count == 1:
+            node = node.named_children[0]
+        else:
+            return ""
+    return ""
+
+
+def callee(call: Node) -> tuple[str, bool]:
+    """(name, is a member call) of a call_expression: `torch::empty(...)` ("empty", False),
+    `x.contiguous()` ("contiguous", True), `k<float><<<g, b>>>(...)` ("k", False)."""
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return "", False
+    return last_name(fn), fn.type == "field_expression"
+
+
+def arguments(call: Node) -> list[Node]:
+    """The argument expressions of a call (comments left out)."""
+    args = call.child_by_field_name("arguments")
+    if args is None:
+        return []
+    return [a for a in args.named_children if a.type != "comment"]
+
+
+def declarator_name(node: Node | None) -> str:
+    """The name a (parameter or variable) declarator declares: through `&x`, `*x`, `x[]`, `x = v`."""
+    while node is not None:
+        t = node.type
+        if t in ("identifier", "field_identifier"):
+            return text_of(node)
+        if t in ("reference_declarator", "pointer_declarator", "array_declarator", "init_declarator",
+                 "parenthesized_declarator", "attributed_declarator"):
+            inner = node.child_by_field_name("declarator")
+            if inner is None:  # reference_declarator has no field name for its declarator
+                named = [c for c in node.named_children if c.type not in ("type_qualifier", "ms_pointer_modifier")]
+                inner = named[-1] if named else None
+            node = inner
+        else:
+            return ""
+    return ""
+
+
+# --- functions ------------------------------------------------------------------------------------
+
+_NOT_TENSOR = re.compile(r"\bTensor(List|Options|Arg|Iterator|Accessor|Ref|Impl|Base\w)|<")
+
+
+@dataclass
+class Param:
+    name: str
+    type: str  # the type as written, without the declarator (`const at::Tensor`)
+    tensor: bool  # a Tensor by value or reference (not a pointer, a list, an optional)
 
 
 @dataclass
 class Function:
-    name: str
-    params: list[tuple[list[str], str]]  # (type words, name)
-    body: tuple[int, int]  # token index of "{" and of its "}"
+    name: str  # the last part of its name (`ns::Foo<T>::run` -> "run"); a bound lambda: "<lambda f>"
+    params: list[Param]
+    body: Node
+    node: Node
     line: int
+    shown: str = ""  # how a finding names it ("fwd()", "the lambda bound as \"f\"")
+
+
+def _param(node: Node) -> Param | None:
+    if node.type not in ("parameter_declaration", "optional_parameter_declaration"):
+        return None
+    type_node = node.child_by_field_name("type")
+    declarator = node.child_by_field_name("declarator")
+    name = declarator_name(declarator)
+    type_text = " ".join(text_of(c) for c in node.children
+                         if c is not declarator and c.type not in ("=",) and c != node.child_by_field_name("default_value"))
+    pointer = declarator is not None and _has_pointer(declarator)
+    base = last_name(type_node) if type_node is not None else ""
+    tensor = base == "Tensor" and not pointer and not _NOT_TENSOR.search(type_text)
+    return Param(name, type_text, tensor)
+
+
+def _has_pointer(declarator: Node) -> bool:
+    node = declarator
+    while node is not None:
+        if node.type in ("pointer_declarator", "array_declarator"):
+            return True
+        named = node.named_children
+        node = node.child_by_field_name("declarator") or (named[-1] if named and node.type == "reference_declarator"
+                                                          else None)
+    return False
+
+
+def params_of(parameter_list: Node | None) -> list[Param]:
+    if parameter_list is None:
+        return []
+    out = []
+    for c in parameter_list.named_children:
+        p = _param(c)
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def _function_declarator(node: Node | None) -> Node | None:
+    """The function_declarator inside a definition's declarator (`T& f(...)`, `T* f(...)`)."""
+    while node is not None and node.type != "function_declarator":
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in node.named_children if c.type not in ("type_qualifier",)]
+            inner = named[-1] if named and node.type in ("reference_declarator", "pointer_declarator") else None
+        node = inner
+    return node
+
+
+# --- the parsed file ------------------------------------------------------------------------------
+
+_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+_LITERALS = frozenset({"comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string",
+                       "concatenated_string"})
+
+
+_MACRO_PREFIX = b"void __gpudoctor_macro__() {\n"
 
 
 @dataclass
+class Macro:
+    name: str
+    params: list[str] | None  # None: an object-like macro
+    body: str  # the replacement text, continuations joined (comments still in it: see `body_tree`)
+    line: int
+    _tree: Any = field(default=None, repr=False)
+
+    def words(self) -> list[str]:
+        """The body's tokens, comments left out (`(1024 * 1024)` -> "(", "1024", "*", ...)."""
+        root = self.body_tree()
+        start = len(_MACRO_PREFIX)
+        end = start + len(self.body.encode("utf-8", "surrogateescape"))
+        return [text_of(n) for n in leaves(root) if start <= n.start_byte < end and n.type != "comment"]
+
+    def body_tree(self) -> Node:
+        """The body parsed as the statements of a function, so that comments and strings in it
+        are what they are (`CHECK_CUDA(x); // CHECK_CONTIGUOUS(x)` calls one macro)."""
+        if self._tree is None:
+            self._tree = parse_bytes(_MACRO_PREFIX + self.body.encode("utf-8", "surrogateescape") + b"\n;}\n")
+        return self._tree.root_node
+
+
 class CppFile:
-    text: str
-    tokens: list[Tok]
-    directives: list[tuple[str, str, int]]  # (name, rest of the line, offset)
-    macros: dict[str, str] = field(default_factory=dict)  # name -> body text
-    _lines: list[int] | None = None
+    """One C++/CUDA file, parsed."""
 
-    def line_col(self, offset: int) -> tuple[int, int]:
-        """1-based line and column of a character offset."""
-        if self._lines is None:
-            self._lines = [m.start() for m in re.finditer(r"^", self.text, re.M)]
-        import bisect
+    def __init__(self, text: str, data: bytes | None = None):
+        self.text = text
+        self.data = data if data is not None else text.encode("utf-8", "surrogateescape")
+        self.tree = parse_bytes(self.data)
+        self.root = self.tree.root_node
+        self._macros: dict[str, Macro] | None = None
+        self._functions: list[Function] | None = None
 
-        i = bisect.bisect_right(self._lines, offset) - 1
-        return i + 1, offset - self._lines[i] + 1
+    # positions
+    def pos(self, node_or_byte: Node | int) -> tuple[int, int]:
+        """1-based line and column (in characters) of a node's start or of a byte offset."""
+        offset = node_or_byte if isinstance(node_or_byte, int) else node_or_byte.start_byte
+        line_start = self.data.rfind(b"\n", 0, offset) + 1
+        line = self.data.count(b"\n", 0, offset) + 1 if isinstance(node_or_byte, int) else node_or_byte.start_point[0] + 1
+        col = len(self.data[line_start:offset].decode("utf-8", "surrogateescape")) + 1
+        return line, col
+
+    def in_literal(self, offset: int) -> bool:
+        """Whether a byte offset falls inside a comment, a string or a character literal."""
+        node = self.root.descendant_for_byte_range(offset, offset + 1)
+        while node is not None:
+            if node.type in _LITERALS:
+                return True
+            node = node.parent
+        return False
+
+    # preprocessor
+    @property
+    def macros(self) -> dict[str, Macro]:
+        """`#define`s of this file by name (the last definition wins), found where the parser
+        sees a directive (never in a comment or string)."""
+        if self._macros is None:
+            self._macros = {}
+            if b"define" in self.data:
+                for m in _DEFINE.finditer(self.data):
+                    if self.in_literal(m.start(1)):
+                        continue
+                    macro = _read_macro(self.data, m.start(), m.end(), m.group(1).decode("ascii"))
+                    if macro is not None:
+                        self._macros[macro.name] = macro
+        return self._macros
+
+    @property
+    def includes(self) -> list[str]:
+        return [m.group(1).decode("utf-8", "surrogateescape").strip() for m in _INCLUDE.finditer(self.data)
+                if not self.in_literal(m.start() + m.group(0).index(b"#"))]
+
+    # functions
+    def functions(self) -> list[Function]:
+        """Every function definition (methods, templates, kernels; nested ones too), in source
+        order. Lambdas are part of the function they are written in (see `bound_lambdas`)."""
+        if self._functions is None:
+            out = []
+            for node in self.find("function_definition"):
+                fd = _function_declarator(node.child_by_field_name("declarator"))
+                body = node.child_by_field_name("body")
+                if fd is None or body is None:
+                    continue
+                name_node = fd.child_by_field_name("declarator")
+                name = last_name(name_node)
+                if not name or (name_node is not None and name_node.type == "operator_name"):
+                    continue
+                out.append(Function(name, params_of(fd.child_by_field_name("parameters")), body, node,
+                                    node.start_point[0] + 1, f"{name}()"))
+            self._functions = out
+        return self._functions
+
+    def find(self, *types: str) -> list[Node]:
+        """The nodes of these types in the file, in source order (a query: the search runs in C)."""
+        return _captures(self.root, types)
 
 
-def tokenize(text: str) -> CppFile:
-    tokens: list[Tok] = []
-    directives: list[tuple[str, str, int]] = []
-    line_start = True
-    pos, n = 0, len(text)
-    match = _TOKEN.match
-    while pos < n:
-        m = match(text, pos)
-        if m is None:  # cannot happen (the last alternative matches any character)
-            pos += 1
-            continue
-        kind = m.lastgroup
-        if kind == "ws" or kind in ("lc", "bc"):
-            pos = m.end()
-            continue
-        if kind == "nl":
-            line_start = True
-            pos = m.end()
-            continue
-        if kind == "op" and m.group() == "#" and line_start:
-            end = _directive_end(text, m.end())
-            body = _strip_comments(text[m.end():end])
-            dm = re.match(r"\s*(\w+)(.*)", body, re.S)
-            if dm:
-                directives.append((dm.group(1), dm.group(2), m.start()))
-            pos = end
-            continue
-        line_start = False
-        if kind == "id" and m.group() in _RAW_PREFIXES and text.startswith('"', m.end()):
-            # R"delim( ... )delim": found with str.find, so an unterminated one costs O(n) once
-            dm = _RAW_OPEN.match(text, m.end())
-            if dm:
-                close = text.find(")" + dm.group(1) + '"', dm.end())
-                end = n if close < 0 else close + len(dm.group(1)) + 2
-                tokens.append(Tok("str", text[m.start():end], m.start()))
-                pos = end
-                continue
-        tokens.append(Tok(kind, m.group(), m.start()))
-        pos = m.end()
-    cpp = CppFile(text, tokens, directives)
-    for name, rest, _ in directives:
-        if name == "define":
-            dm = re.match(r"\s*([A-Za-z_]\w*)(\([^)]*\))?(.*)", rest, re.S)
-            if dm:
-                cpp.macros[dm.group(1)] = dm.group(3).replace("\\\n", " ")
-    return cpp
+def _captures(root: Node, types: tuple[str, ...]) -> list[Node]:
+    query = _query(types)
+    if query is None:
+        return [n for n in walk(root) if n.type in types]
+    import tree_sitter
+
+    found = tree_sitter.QueryCursor(query).captures(root)
+    nodes = [n for group in found.values() for n in group]
+    nodes.sort(key=lambda n: n.start_byte)
+    return nodes
 
 
-def _directive_end(text: str, pos: int) -> int:
+_QUERIES: dict[tuple[str, ...], Any] = {}
+
+
+def _query(types: tuple[str, ...]) -> Any:
+    if types not in _QUERIES:
+        import tree_sitter
+
+        try:
+            _QUERIES[types] = tree_sitter.Query(parser().language, " ".join(f"({t}) @n" for t in types))
+        except Exception:  # noqa: BLE001 (a node type this grammar does not have: walk instead)
+            _QUERIES[types] = None
+    return _QUERIES[types]
+
+
+def _read_macro(data: bytes, start: int, name_end: int, name: str) -> Macro | None:
+    end = _directive_end(data, name_end)
+    rest = data[name_end:end].decode("utf-8", "surrogateescape").replace("\\\r\n", " ").replace("\\\n", " ")
+    params: list[str] | None = None
+    if rest.startswith("("):  # function-like only when "(" follows the name directly
+        close = rest.find(")")
+        if close < 0:
+            return None
+        params = [p.strip() for p in rest[1:close].split(",") if p.strip()]
+        params = ["__VA_ARGS__" if p == "..." else p for p in params]
+        rest = rest[close + 1:]
+    line = data.count(b"\n", 0, start) + 1
+    return Macro(name, params, rest.strip(), line)
+
+
+def _directive_end(data: bytes, pos: int) -> int:
+    """The end of a directive's logical line: backslash continuations, and a block comment that
+    runs past the end of the line."""
     while True:
-        nl = text.find("\n", pos)
+        nl = data.find(b"\n", pos)
         if nl < 0:
-            return len(text)
-        # a comment may hide a backslash; a continuation is a backslash right before the newline
-        if text[nl - 1:nl] == "\\" or text[nl - 2:nl] == "\\\r":
+            return len(data)
+        if data[nl - 1:nl] == b"\\" or data[nl - 2:nl] == b"\\\r":
             pos = nl + 1
             continue
-        start_comment = text.find("/*", pos, nl)
-        if start_comment >= 0:
-            close = text.find("*/", start_comment + 2)
+        start_comment = data.find(b"/*", pos, nl)
+        if start_comment >= 0 and data.find(b"//", pos, start_comment) < 0:
+            close = data.find(b"*/", start_comment + 2)
             if close > nl:
                 pos = close + 2
                 continue
         return nl
-
-
-def _strip_comments(text: str) -> str:
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
-
-
-def match_brackets(tokens: list[Tok]) -> list[int]:
-    """For every bracket token, the index of its partner (-1 when unbalanced)."""
-    partner = [-1] * len(tokens)
-    stack: list[int] = []
-    opening = {"(": ")", "[": "]", "{": "}"}
-    for i, t in enumerate(tokens):
-        if t.kind != "op":
-            continue
-        if t.text in opening:
-            stack.append(i)
-        elif t.text in (")", "]", "}"):
-            # pop to the matching opener (tolerate stray brackets from macros)
-            for k in range(len(stack) - 1, -1, -1):
-                if opening[tokens[stack[k]].text] == t.text:
-                    j = stack[k]
-                    del stack[k:]
-                    partner[i], partner[j] = j, i
-                    break
-    return partner
-
-
-def functions(cpp: CppFile, partner: list[int] | None = None) -> list[Function]:
-    """Function definitions (not lambdas, not constructors with init lists)."""
-    toks = cpp.tokens
-    partner = partner if partner is not None else match_brackets(toks)
-    out: list[Function] = []
-    i = 0
-    while i < len(toks):
-        t = toks[i]
-        if t.kind == "op" and t.text == "{" and partner[i] > i:
-            fn = _function_at(cpp, toks, partner, i)
-            if fn is not None:
-                out.append(fn)
-                i = partner[i] + 1  # nested lambdas belong to this body
-                continue
-        i += 1
-    return out
-
-
-def _function_at(cpp: CppFile, toks: list[Tok], partner: list[int], brace: int) -> Function | None:
-    j = brace - 1
-    # skip qualifiers and a trailing return type: ") const noexcept -> T {"
-    while j >= 0:
-        tj = toks[j]
-        if tj.text in _QUALIFIERS:
-            j -= 1
-        elif tj.text == ")" and toks[partner[j] - 1].text == "noexcept" if partner[j] > 0 else False:
-            j = partner[j] - 2
-        elif tj.kind == "id" and j > 0 and toks[j - 1].text in ("->", "::", "<", ",") and tj.text not in _CONTROL:
-            # part of a trailing return type: walk back to "->"
-            k = j
-            while k > 0 and toks[k].text != "->" and toks[k].text not in (")", "{", "}", ";"):
-                k -= 1
-            if toks[k].text == "->":
-                j = k - 1
-            else:
-                break
-        elif tj.text == ">" and j > 0:
-            # trailing return type ending in a template: find "->"
-            k = j
-            while k > 0 and toks[k].text not in ("->", "{", "}", ";"):
-                k -= 1
-            if toks[k].text == "->":
-                j = k - 1
-            else:
-                break
-        else:
-            break
-    if j < 1 or toks[j].text != ")" or partner[j] < 1:
-        return None
-    open_paren = partner[j]
-    name_tok = toks[open_paren - 1]
-    if name_tok.kind != "id" or name_tok.text in _CONTROL:
-        return None
-    before = toks[open_paren - 2].text if open_paren >= 2 else ""
-    if before in (":", ",", ".", "->", "=", "(", "return", "new"):
-        return None  # an init list entry, a call, or an expression
-    params = _params(toks, open_paren + 1, j)
-    line, _ = cpp.line_col(name_tok.start)
-    return Function(name_tok.text, params, (brace, partner[brace]), line)
-
-
-def _params(toks: list[Tok], start: int, end: int) -> list[tuple[list[str], str]]:
-    params: list[tuple[list[str], str]] = []
-    depth = 0
-    current: list[Tok] = []
-    for k in range(start, end + 1):
-        t = toks[k]
-        if k == end or (t.text == "," and depth == 0):
-            words = [x.text for x in current]
-            if "=" in words:
-                words = words[: words.index("=")]
-            names = [w for w in words if re.match(r"^[A-Za-z_]\w*$", w)]
-            if words and names:
-                params.append((words[:-1] if len(words) > 1 else words, names[-1]))
-            current = []
-            continue
-        if t.text in ("(", "<", "[", "{"):
-            depth += 1
-        elif t.text in (")", ">", "]", "}"):
-            depth -= 1
-        elif t.text == ">>":
-            depth -= 2
-        current.append(t)
-    return params
-
-
-def split_args(toks: list[Tok], open_paren: int, close_paren: int) -> list[list[Tok]]:
-    """The top-level comma-separated arguments between a "(" and its ")"."""
-    args: list[list[Tok]] = []
-    depth = 0
-    current: list[Tok] = []
-    for k in range(open_paren + 1, close_paren):
-        t = toks[k]
-        if t.text in ("(", "[", "{"):
-            depth += 1
-        elif t.text in (")", "]", "}"):
-            depth -= 1
-        if t.text == "," and depth == 0:
-            args.append(current)
-            current = []
-        else:
-            current.append(t)
-    if current or args:
-        args.append(current)
-    return args

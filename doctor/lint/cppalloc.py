@@ -4,14 +4,15 @@ is released by another allocation family (`_aligned_malloc` memory with `free`, 
 memory with `free`, `new` with `free`; a `c10::Allocator` whose deleter does not match its
 allocate()).
 
-Split out of gpudoctor.lint.cpprules (GPU009), whose `scan` calls `allocator_findings` per file.
-Standard library only.
+Split out of gpudoctor.lint.cpprules (GPU009), whose `scan` calls `allocator_findings` per file
+(parsed by gpudoctor.lint.cpp). The function bodies are read in source order: the allocation a
+variable holds is the last one written before the release.
 """
 from __future__ import annotations
 
 import re
 
-from gpudoctor.lint.cpp import CppFile, Tok, functions, match_brackets, split_args
+from gpudoctor.lint.cpp import CppFile, Function, Node, arguments, callee, declarator_name, text_of, walk, words
 from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
 from gpudoctor.lint.rules import BY_CODE
 
@@ -37,30 +38,44 @@ _OUT_PARAM = {"posix_memalign", "cudaMalloc", "cudaMallocManaged", "cudaMallocAs
               "cudaHostAlloc", "hipMalloc", "hipHostMalloc", "cudaMallocPitch"}
 
 
+# Function bodies worth walking (a byte search, in C): they allocate, free or delete.
+_ALLOCATES = re.compile(rb"alloc|Alloc|new|memalign")
+_RELEASES = re.compile(rb"free|Free|delete")
+
+
 def allocator_findings(path: str, cpp: CppFile) -> list[Finding]:
-    toks = cpp.tokens
-    partner = match_brackets(toks)
     out: list[Finding] = []
-    fns = functions(cpp, partner)
+    fns = cpp.functions()
     deleter_families: dict[str, set[str]] = {}
     for fn in fns:
+        if not _RELEASES.search(fn.body.text):
+            continue
         fams = set()
-        for k in range(fn.body[0] + 1, fn.body[1]):
-            t = toks[k]
-            if t.kind == "id" and t.text in _FREE and k + 1 < len(toks) and toks[k + 1].text == "(":
-                fams.add(_FREE[t.text])
-            elif t.text == "delete":
-                fams.add("new[]" if k + 1 < len(toks) and toks[k + 1].text == "[" else "new")
-        deleter_families[fn.name] = fams
+        for n in walk(fn.body):
+            if n.type == "call_expression":
+                name, member = callee(n)
+                if name in _FREE and not member:
+                    fams.add(_FREE[name])
+            elif n.type == "delete_expression":
+                fams.add("new[]" if _is_array_delete(n) else "new")
+        deleter_families.setdefault(fn.name, set()).update(fams)
+    allocate = None
     for fn in fns:
-        out += _function_allocs(path, cpp, partner, fn, deleter_families)
+        if fn.name == "raw_deleter" and allocate is None:
+            allocate = _allocate_families(fns)
+        if fn.name == "raw_deleter" or _ALLOCATES.search(fn.body.text):
+            out += _function_allocs(path, cpp, fn, deleter_families, allocate or set())
     return out
 
 
-def _finding(path: str, cpp: CppFile, tok: Tok, message: str, fix: str) -> Finding:
-    line, col = cpp.line_col(tok.start)
+def _is_array_delete(n: Node) -> bool:
+    return any(c.type == "[" for c in n.children)
+
+
+def _finding(path: str, cpp: CppFile, node: Node, message: str, fix: str) -> Finding:
+    line, col = cpp.pos(node)
     return Finding(path=path, line=line, col=col, code="GPU010", kb_id=BY_CODE["GPU010"].kb_id, message=message,
-                   fix=Fix(DISPLAY_ONLY, fix), end_line=line, end_col=col + len(tok.text))
+                   fix=Fix(DISPLAY_ONLY, fix), end_line=line, end_col=col + len(text_of(node)))
 
 
 def _rounding_evidence(words: list[str]) -> bool:
@@ -75,158 +90,175 @@ def _int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _function_allocs(path: str, cpp: CppFile, partner: list[int], fn, deleter_families) -> list[Finding]:
-    toks = cpp.tokens
-    start, end = fn.body
+def _name_node(call: Node) -> Node:
+    """The node that names a call's callee (where a finding about the call points)."""
+    fn = call.child_by_field_name("function")
+    while fn is not None and fn.type in ("qualified_identifier", "template_function"):
+        fn = fn.child_by_field_name("name")
+    return fn if fn is not None else call
+
+
+def _function_allocs(path: str, cpp: CppFile, fn: Function, deleter_families: dict[str, set[str]],
+                     allocate: set[str]) -> list[Finding]:
     out: list[Finding] = []
-    families: dict[str, tuple[str, Tok]] = {}  # variable -> (family, where) of its last allocation
-    every: dict[str, list[tuple[str, Tok]]] = {}  # variable -> every allocation (one per #if branch)
+    families: dict[str, tuple[str, Node]] = {}  # variable -> (family, where) of its last allocation
+    every: dict[str, list[tuple[str, Node]]] = {}  # variable -> every allocation (one per #if branch)
     definitions: dict[str, list[str]] = {}  # variable -> words of its last assignment
     percent_names: set[str] = set()
-    k = start + 1
+    nodes = list(walk(fn.body))
     # first pass: definitions and % checks
-    while k < end:
-        t = toks[k]
-        if t.kind == "id" and k + 1 < end and toks[k + 1].text == "=" and (k == 0 or toks[k - 1].text != "."):
-            j = k + 2
-            while j < end and toks[j].text not in (";", "{", "}"):
-                j += 1
-            definitions[t.text] = [x.text for x in toks[k + 2:j]]
-        if t.text == "%" and k > 0 and toks[k - 1].kind == "id":
-            percent_names.add(toks[k - 1].text)
-        k += 1
-    k = start + 1
-    while k < end:
-        t = toks[k]
-        if t.kind == "id" and k + 1 < end and toks[k + 1].text == "(" and (k == 0 or toks[k - 1].text not in (".", "->")):
-            name = t.text
-            close = partner[k + 1]
-            if close < 0:
-                k += 1
+    for n in nodes:
+        if n.type in ("init_declarator", "assignment_expression"):
+            target = n.child_by_field_name("declarator" if n.type == "init_declarator" else "left")
+            value = n.child_by_field_name("value" if n.type == "init_declarator" else "right")
+            if target is not None and value is not None and target.type == "identifier":
+                definitions[text_of(target)] = words(value)
+        elif n.type == "binary_expression":
+            op = n.child_by_field_name("operator")
+            left = n.child_by_field_name("left")
+            if op is not None and op.type == "%" and left is not None and left.type == "identifier":
+                percent_names.add(text_of(left))
+    for n in nodes:
+        if n.type == "call_expression":
+            name, member = callee(n)
+            if member or not name:
                 continue
-            args = split_args(toks, k + 1, close)
+            args = arguments(n)
+            where = _name_node(n)
             if name == "aligned_alloc" and len(args) == 2:
-                f = _aligned_alloc(path, cpp, t, args, definitions, percent_names)
+                f = _aligned_alloc(path, cpp, where, args, definitions, percent_names)
                 if f:
                     out.append(f)
             if name in _FAMILY:
-                var = _assigned_var(toks, k, start)
-                if name in _OUT_PARAM and args and len(args[0]) >= 2 and args[0][0].text == "&":
-                    var = args[0][-1].text if args[0][-1].kind == "id" else var
+                var = _assigned_var(n)
+                if name in _OUT_PARAM and args and args[0].type == "pointer_expression":
+                    inner = args[0].child_by_field_name("argument")
+                    if inner is not None and inner.type == "identifier":
+                        var = text_of(inner)
                 if var:
-                    families[var] = (_FAMILY[name], t)
+                    families[var] = (_FAMILY[name], where)
                     every.setdefault(var, []).append(families[var])
-            if name in _FREE and len(args) == 1 and len(args[0]) >= 1:
-                var = args[0][-1].text if args[0][-1].kind == "id" else None
+            if name in _FREE and len(args) == 1:
+                var = _last_identifier(args[0])
                 if var in families and all(f != _FREE[name] for f, _ in every.get(var, [families[var]])):
-                    fam, where = families[var]
-                    line, _ = cpp.line_col(where.start)
-                    out.append(_finding(path, cpp, t, (
-                        f"{name}({var}) releases memory that {where.text}() allocated (line {line}): memory must be freed "
+                    fam, at = families[var]
+                    line, _ = cpp.pos(at)
+                    out.append(_finding(path, cpp, where, (
+                        f"{name}({var}) releases memory that {text_of(at)}() allocated (line {line}): memory must be freed "
                         f"by its own family's function ({_FREE_NAME[fam]}); a mismatch corrupts the heap or crashes later"),
                         f"free it with {_FREE_NAME[fam]}({var})"))
-        elif t.text == "new" and k > 1 and (_assigned_var(toks, k, start) or "") != "":
-            j = k + 1
-            while j < end and toks[j].text not in (";", "(", "[", "{"):
-                j += 1
-            var = _assigned_var(toks, k, start) or ""
-            families[var] = ("new[]" if j < end and toks[j].text == "[" else "new", t)
-            every.setdefault(var, []).append(families[var])
-        elif t.text == "delete" and k + 1 < end:
-            arr = toks[k + 1].text == "["
-            j = k + (3 if arr else 1)
-            var = toks[j].text if j < end and toks[j].kind == "id" else None
+        elif n.type == "new_expression":
+            var = _assigned_var(n)
+            if var:
+                array = any(c.type == "new_declarator" for c in n.children)
+                keyword = n.children[0] if n.children and n.children[0].type == "new" else n
+                families[var] = ("new[]" if array else "new", keyword)
+                every.setdefault(var, []).append(families[var])
+        elif n.type == "delete_expression":
+            arr = _is_array_delete(n)
+            operand = n.named_children[-1] if n.named_children else None
+            var = text_of(operand) if operand is not None and operand.type == "identifier" else None
             if var in families:
-                fam, where = families[var]
+                fam, at = families[var]
                 expected = "new[]" if arr else "new"
                 if fam != expected:
-                    line, _ = cpp.line_col(where.start)
-                    out.append(_finding(path, cpp, t, (
-                        f"delete{'[]' if arr else ''} {var} releases memory that {where.text} allocated (line {line}); "
+                    line, _ = cpp.pos(at)
+                    keyword = n.children[0] if n.children else n
+                    out.append(_finding(path, cpp, keyword, (
+                        f"delete{'[]' if arr else ''} {var} releases memory that {text_of(at)} allocated (line {line}); "
                         f"release it with {_FREE_NAME.get(fam, 'the matching function')}"),
                         f"use {_FREE_NAME.get(fam, 'the matching function')}"))
-        k += 1
     # DataPtr{data, ctx, &deleter, device} / return {data, data, &free, device}
-    for k in range(start + 1, end):
-        t = toks[k]
-        if t.text == "&" and k + 1 < end and toks[k + 1].kind == "id" and toks[k - 1].text == "," \
-                and k + 2 < end and toks[k + 2].text in (",", "}", ")"):
-            deleter = toks[k + 1].text
-            data_var = _first_brace_arg(toks, partner, k)
-            if data_var not in families:
+    for n in nodes:
+        if n.type != "pointer_expression" or n.parent is None or n.parent.type not in ("initializer_list", "argument_list"):
+            continue
+        operand = n.child_by_field_name("argument")
+        op = n.child_by_field_name("operator")
+        if operand is None or operand.type != "identifier" or op is None or op.type != "&":
+            continue
+        elements = [c for c in n.parent.named_children if c.type != "comment"]
+        if not elements or elements[0] == n or elements[0].type != "identifier":
+            continue
+        deleter = text_of(operand)
+        data_var = text_of(elements[0])
+        if data_var not in families:
+            continue
+        freed = {_FREE[deleter]} if deleter in _FREE else deleter_families.get(deleter, set())
+        allocations = every.get(data_var, [families[data_var]])
+        for fam, at in allocations:
+            if not freed or fam in freed:
                 continue
-            freed = {_FREE[deleter]} if deleter in _FREE else deleter_families.get(deleter, set())
-            allocations = every.get(data_var, [families[data_var]])
-            for fam, where in allocations:
-                if not freed or fam in freed:
-                    continue
-                line, _ = cpp.line_col(where.start)
-                if len(allocations) > 1:  # one #if branch allocates from another family: there
-                    out.append(_finding(path, cpp, where, (
-                        f"{where.text}() allocates {data_var} in this branch, but the DataPtr's deleter {deleter} releases "
-                        f"it with {', '.join(_FREE_NAME.get(f, f) for f in sorted(freed))}: PyTorch frees every storage "
-                        f"through the deleter, so that branch needs {_FREE_NAME.get(fam, 'the matching function')}"),
-                        f"release it with {_FREE_NAME.get(fam, 'the matching function')} in that branch"))
-                    continue
-                out.append(_finding(path, cpp, toks[k + 1], (
-                    f"the DataPtr's deleter {deleter} does not release memory from {where.text}() (line {line}): PyTorch "
-                    f"frees every storage through this deleter, so it must call {_FREE_NAME.get(fam, 'the matching function')}"),
-                    f"use a deleter that calls {_FREE_NAME.get(fam, 'the matching function')}"))
-    # raw_deleter() { return &Fn; } against allocate()'s family is checked per class by name
+            line, _ = cpp.pos(at)
+            if len(allocations) > 1:  # one #if branch allocates from another family: there
+                out.append(_finding(path, cpp, at, (
+                    f"{text_of(at)}() allocates {data_var} in this branch, but the DataPtr's deleter {deleter} releases "
+                    f"it with {', '.join(_FREE_NAME.get(f, f) for f in sorted(freed))}: PyTorch frees every storage "
+                    f"through the deleter, so that branch needs {_FREE_NAME.get(fam, 'the matching function')}"),
+                    f"release it with {_FREE_NAME.get(fam, 'the matching function')} in that branch"))
+                continue
+            out.append(_finding(path, cpp, operand, (
+                f"the DataPtr's deleter {deleter} does not release memory from {text_of(at)}() (line {line}): PyTorch "
+                f"frees every storage through this deleter, so it must call {_FREE_NAME.get(fam, 'the matching function')}"),
+                f"use a deleter that calls {_FREE_NAME.get(fam, 'the matching function')}"))
+    # raw_deleter() { return &Fn; } against allocate()'s family
     if fn.name == "raw_deleter":
-        for k in range(start + 1, end - 1):
-            if toks[k].text == "return" and toks[k + 1].text in ("&",) and k + 2 < end and toks[k + 2].kind == "id":
-                deleter = toks[k + 2].text
-                alloc_fams = _allocate_families(cpp, partner)
-                freed = {_FREE[deleter]} if deleter in _FREE else deleter_families.get(deleter, set())
-                if alloc_fams and freed and not (alloc_fams & freed):
-                    out.append(_finding(path, cpp, toks[k + 2], (
-                        f"raw_deleter() returns {deleter}, which does not release what allocate() allocates "
-                        f"({', '.join(sorted(alloc_fams))}): memory freed through it corrupts the heap"),
-                        "return a deleter of the same family as allocate()"))
+        for n in nodes:
+            if n.type != "return_statement":
+                continue
+            value = n.named_children[0] if n.named_children else None
+            if value is None or value.type != "pointer_expression":
+                continue
+            operand = value.child_by_field_name("argument")
+            if operand is None or operand.type != "identifier":
+                continue
+            deleter = text_of(operand)
+            freed = {_FREE[deleter]} if deleter in _FREE else deleter_families.get(deleter, set())
+            if allocate and freed and not (allocate & freed):
+                out.append(_finding(path, cpp, operand, (
+                    f"raw_deleter() returns {deleter}, which does not release what allocate() allocates "
+                    f"({', '.join(sorted(allocate))}): memory freed through it corrupts the heap"),
+                    "return a deleter of the same family as allocate()"))
     return out
 
 
-def _allocate_families(cpp: CppFile, partner: list[int]) -> set[str]:
+def _allocate_families(fns: list[Function]) -> set[str]:
     fams: set[str] = set()
-    for fn in functions(cpp, partner):
+    for fn in fns:
         if fn.name != "allocate":
             continue
-        for k in range(fn.body[0] + 1, fn.body[1]):
-            t = cpp.tokens[k]
-            if t.kind == "id" and t.text in _FAMILY and cpp.tokens[k + 1].text == "(":
-                fams.add(_FAMILY[t.text])
+        for n in walk(fn.body):
+            if n.type == "call_expression":
+                name, member = callee(n)
+                if name in _FAMILY and not member:
+                    fams.add(_FAMILY[name])
     return fams
 
 
-def _assigned_var(toks: list[Tok], k: int, start: int) -> str | None:
-    """`p = malloc(`, `void* p = (float*)malloc(`, `p = static_cast<T*>(malloc(`: p."""
-    j = k - 1
-    while j > start and toks[j].text in ("(", ")", "*", ">", "<", "static_cast", "reinterpret_cast", "void", "char",
-                                         "float", "double", "int", "uint8_t", "const") or \
-            (j > start and toks[j].kind == "id" and toks[j - 1].text in ("<", "(")):
-        j -= 1
-    if j > start and toks[j].text in ("?", ":"):  # p = n ? new T[n] : nullptr
-        while j > start and toks[j].text not in ("=", ";", "{", "}"):
-            j -= 1
-    if j > start and toks[j].text == "=" and toks[j - 1].kind == "id":
-        return toks[j - 1].text
-    return None
+def _last_identifier(node: Node) -> str | None:
+    """`p`, `(void*)p`, `static_cast<void*>(p)`: the variable an argument passes."""
+    ids = [n for n in walk(node) if n.type == "identifier"]
+    return text_of(ids[-1]) if ids else None
 
 
-def _first_brace_arg(toks: list[Tok], partner: list[int], k: int) -> str | None:
-    depth = 0
-    j = k
-    while j > 0:
-        t = toks[j].text
-        if t in (")", "}", "]"):
-            depth += 1
-        elif t in ("(", "{", "["):
-            if depth == 0:
-                first = toks[j + 1]
-                return first.text if first.kind == "id" else None
-            depth -= 1
-        j -= 1
+def _assigned_var(node: Node) -> str | None:
+    """`p = malloc(`, `void* p = (float*)malloc(`, `p = static_cast<T*>(malloc(`,
+    `p = n ? new T[n] : nullptr`: p."""
+    n = node
+    while n.parent is not None:
+        p = n.parent
+        if p.type in ("parenthesized_expression", "cast_expression", "conditional_expression"):
+            n = p
+            continue
+        if p.type == "argument_list" and p.parent is not None and p.parent.type == "call_expression" and \
+                callee(p.parent)[0] in ("static_cast", "reinterpret_cast", "const_cast"):
+            n = p.parent
+            continue
+        if p.type == "init_declarator" and p.child_by_field_name("value") == n:
+            return declarator_name(p.child_by_field_name("declarator")) or None
+        if p.type == "assignment_expression" and p.child_by_field_name("right") == n:
+            left = p.child_by_field_name("left")
+            return text_of(left) if left is not None and left.type == "identifier" else None
+        return None
     return None
 
 
@@ -244,8 +276,8 @@ def _const_value(words: list[str], cpp: CppFile, definitions: dict[str, list[str
         elif re.fullmatch(r"[A-Za-z_]\w*", w):
             if w in definitions:
                 v = _const_value(definitions[w], cpp, definitions, depth + 1)
-            elif w in cpp.macros:
-                v = _const_value(re.findall(r"\w+|<<|>>|\S", cpp.macros[w]), cpp, definitions, depth + 1)
+            elif w in cpp.macros and cpp.macros[w].params is None:
+                v = _const_value(cpp.macros[w].words(), cpp, definitions, depth + 1)
             else:
                 v = None
             if v is None:
@@ -265,10 +297,10 @@ def _constant_like(name: str) -> bool:
     return bool(re.fullmatch(r"k[A-Z]\w*|[A-Z][A-Z0-9_]+", name))
 
 
-def _aligned_alloc(path: str, cpp: CppFile, tok: Tok, args: list[list[Tok]], definitions: dict[str, list[str]],
+def _aligned_alloc(path: str, cpp: CppFile, where: Node, args: list[Node], definitions: dict[str, list[str]],
                    percent_names: set[str]) -> Finding | None:
-    align_words = [t.text for t in args[0]]
-    size_words = [t.text for t in args[1]]
+    align_words = words(args[0])
+    size_words = words(args[1])
     align = _const_value(align_words, cpp, definitions)
     size = _const_value(size_words, cpp, definitions)
     if size is not None:
@@ -285,7 +317,7 @@ def _aligned_alloc(path: str, cpp: CppFile, tok: Tok, args: list[list[Tok]], def
                 return None
     size_text = " ".join(size_words)
     align_text = " ".join(align_words)
-    return _finding(path, cpp, tok, (
+    return _finding(path, cpp, where, (
         f"aligned_alloc({align_text}, {size_text}): the size must be a multiple of the alignment (C11 leaves it "
         f"undefined, C17 returns NULL; some C libraries accept it), and nothing here rounds {size_text} up"),
         f"aligned_alloc({align_text}, ({size_text} + {align_text} - 1) / {align_text} * {align_text})")

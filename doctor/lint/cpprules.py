@@ -1,26 +1,36 @@
 """The C++/CUDA rules: raw data_ptr reads of unchecked tensor arguments (GPU009, resolved across
 files, with the project's own Python calls of a binding as callers); `scan` also runs the custom
-allocator rule (GPU010, in gpudoctor.lint.cppalloc) on each file.
+allocator rule (GPU010, in gpudoctor.lint.cppalloc) on each file. Files are parsed by
+gpudoctor.lint.cpp (tree-sitter's CUDA grammar).
 
-GPU009 is decided in two steps. Per file, `summarise` records each function's tensor
-parameters, which of them it checks or makes contiguous, where it reads their raw memory, and
-which functions it calls with which arguments. Over all files, `resolve_data_ptr` reports a read
-unless the parameter is protected: checked in the function itself, or every caller found passes
-a checked parameter, a `.contiguous()` value or a freshly created tensor. A function nobody calls
-(a pybind11 / TORCH_LIBRARY entry point) protects nothing.
+GPU009 is decided in three steps. Per file, `summarise` records each function's tensor
+parameters (lambdas bound with `m.def("f", [](torch::Tensor a) {...})` are functions too), which
+of them it checks or makes contiguous itself, the calls that may check them (a macro such as
+`CHECK_INPUT(x)`, a helper `check_inputs(q, k)`), where it reads their raw memory, and which
+functions it calls with which arguments. Over all files, `resolve_checks` decides those possible
+checks by reading the macro's body (in the file, in the project headers it includes) or the
+helper's own summary; only a name defined nowhere in the linted files is judged by its name.
+Then `resolve_data_ptr` reports a read unless the parameter is protected: checked in the
+function itself, or every caller found passes a checked parameter, a `.contiguous()` value or a
+freshly created tensor. A function nobody calls (a pybind11 / TORCH_LIBRARY entry point)
+protects nothing.
 """
 from __future__ import annotations
 
-import ast
+import os
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gpudoctor.lint import cppalloc
-from gpudoctor.lint.cpp import CppFile, Tok, functions, match_brackets, split_args, tokenize
-from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
+from gpudoctor.lint.cpp import (CppFile, Function, Macro, Node, arguments, callee, declarator_name, last_name, params_of,
+                                text_of, walk)
+from gpudoctor.lint.pycallers import PyCall
+from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix, NotLinted
 from gpudoctor.lint.rules import BY_CODE
 
 _READS = {"data_ptr", "mutable_data_ptr", "const_data_ptr", "data"}
+_ASSERTS_DENSE = {"is_contiguous", "expect_contiguous", "is_non_overlapping_and_dense"}
 _STRIDE_AWARE = {"is_contiguous", "contiguous", "expect_contiguous", "stride", "strides", "packed_accessor",
                  "packed_accessor32", "packed_accessor64", "generic_packed_accessor", "accessor",
                  "is_non_overlapping_and_dense", "suggest_memory_format", "sym_strides", "sym_stride"}
@@ -28,8 +38,11 @@ _ASSERTS = {"TORCH_CHECK", "TORCH_INTERNAL_ASSERT", "TORCH_CHECK_EQ", "TORCH_CHE
             "AT_ASSERTM", "CHECK", "TORCH_INTERNAL_ASSERT_DEBUG_ONLY", "C10_CUDA_CHECK", "static_assert"}
 _FRESH = {"empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like", "full", "randn", "rand", "arange",
           "empty_strided", "clone", "contiguous", "cat", "stack"}
+_ALL_CHECKED = {"checkContiguous", "checkAllContiguous", "TensorIteratorConfig", "TensorIterator"}
 _EXTENSION_MARKERS = (b"torch/extension.h", b"torch/torch.h", b"torch/all.h", b"torch/python.h", b"torch/script.h",
                       b"torch/library.h", b"torch/types.h", b"PYBIND11_MODULE", b"TORCH_LIBRARY")
+_BINDERS = {"def", "impl", "def_static", "op"}
+_COMPARISONS = {"==", "!=", "%", "<", ">", "<=", ">=", "&"}
 
 
 def is_extension_source(data: bytes) -> bool:
@@ -57,131 +70,588 @@ class FuncSummary:
     # parameter index or -1; a helper of this file that reads both arguments' strides ties their
     # layouts, so a parameter compared with a checked one is checked too
     compared: list[tuple[str, list[int]]] = field(default_factory=list)
+    # calls that may check a parameter (a macro, a helper): callee, per argument the parameter
+    # index or -1; decided by `resolve_checks`, which reads the callee
+    via: list[tuple[str, list[int]]] = field(default_factory=list)
+    shown: str = ""  # how the finding names it: "fwd()", "the lambda bound as \"fwd\""
+    # the parameters it asserts to be dense (x.is_contiguous(), a checking macro): a helper that
+    # does so checks its callers' tensors too; one that only reads strides or copies does not
+    contig: list[bool] = field(default_factory=list)
 
 
-def _call_name_before(toks: list[Tok], open_paren: int) -> str:
-    if open_paren > 0 and toks[open_paren - 1].kind == "id":
-        return toks[open_paren - 1].text
-    return ""
+@dataclass
+class MacroFacts:
+    """What a function-like macro does with its parameters: the ones it checks itself
+    (`x.is_contiguous()` in its body) and the calls it passes them to (`CHECK_CONTIGUOUS(x)`)."""
+
+    params: tuple[str, ...]
+    checks: frozenset[int]
+    calls: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-def _macro_checks(cpp: CppFile, name: str, seen: set[str] | None = None) -> bool:
-    """A macro of this file whose expansion checks or forces contiguity (CHECK_INPUT ->
-    CHECK_CONTIGUOUS -> is_contiguous)."""
-    seen = seen or set()
-    if name in seen:
+@dataclass
+class FileFacts:
+    """A file's function-like macros and its includes, for `resolve_checks` (small and picklable)."""
+
+    macros: dict[str, MacroFacts]
+    includes: tuple[str, ...]
+
+
+_MAY_CHECK = re.compile(r"[A-Za-z_]\w*\s*\(|\.|->")
+
+
+def macro_facts(m: Macro) -> MacroFacts | None:
+    if m.params is None:
+        return None
+    if not _MAY_CHECK.search(m.body):  # calls nothing and reads no member: checks nothing
+        return MacroFacts(tuple(m.params), frozenset(), ())
+    index = {p: i for i, p in enumerate(m.params)}
+    checks: set[int] = set()
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    for n in walk(m.body_tree()):
+        if n.type == "field_expression":
+            obj = _unparen(n.child_by_field_name("argument"))
+            if obj is not None and obj.type == "identifier" and text_of(obj) in index and \
+                    last_name(n.child_by_field_name("field")) in _STRIDE_AWARE:
+                checks.add(index[text_of(obj)])
+        elif n.type == "call_expression":
+            name, member = callee(n)
+            if not name or member:
+                continue
+            for argmap in _argmaps(arguments(n), index):
+                if name in _ALL_CHECKED:
+                    checks.update(i for i in argmap if i >= 0)
+                else:
+                    calls.append((name, tuple(argmap)))
+    return MacroFacts(tuple(m.params), frozenset(checks), tuple(calls))
+
+
+def _unparen(n: Node | None) -> Node | None:
+    while n is not None and n.type == "parenthesized_expression" and n.named_child_count == 1:
+        n = n.named_children[0]
+    return n
+
+
+def _passes(a: Node, index: dict[str, int]) -> list[int]:
+    """The parameters an argument passes as they are: `x`, `(x)`, each of `{x, y}`."""
+    a = _unparen(a)
+    if a is None:
+        return []
+    if a.type == "identifier":
+        i = index.get(text_of(a))
+        return [] if i is None else [i]
+    if a.type == "initializer_list":
+        return [i for e in a.named_children for i in _passes(e, index)]
+    return []
+
+
+def _argmaps(args: list[Node], index: dict[str, int]) -> list[list[int]]:
+    """For a call, one argument map (position -> parameter index or -1) per parameter passed:
+    `check_all({a, b})` gives [[a's index], [b's index]]."""
+    out = []
+    for j, a in enumerate(args):
+        for i in _passes(a, index):
+            argmap = [-1] * len(args)
+            argmap[j] = i
+            out.append(argmap)
+    return out
+
+
+def file_facts(cpp: CppFile) -> FileFacts:
+    macros = {}
+    for name, m in cpp.macros.items():
+        facts = macro_facts(m)
+        if facts is not None:
+            macros[name] = facts
+    return FileFacts(macros, tuple(cpp.includes))
+
+
+def _inside(node: Node, stop: Node) -> list[Node]:
+    """The ancestors of `node` up to (not including) `stop`, innermost first."""
+    out = []
+    p = node.parent
+    while p is not None and p != stop:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _is_fresh_value(value: Node) -> bool:
+    """An expression whose value is a new dense tensor: `torch::empty(...)`, `x.contiguous()`."""
+    for n in walk(value, skip=frozenset({"lambda_expression"})):
+        if n.type == "call_expression" and callee(n)[0] in _FRESH:
+            return True
+    return False
+
+
+def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[int] = frozenset()) -> FuncSummary:
+    """One function's GPU009 facts. `skip`: start bytes of lambdas summarised on their own (bound
+    lambdas), whose bodies belong to them, not to this function."""
+    names = [p.name for p in fn.params]
+    tensor = [p.tensor for p in fn.params]
+    index = {p: i for i, p in enumerate(names) if p}
+    checked = [False] * len(names)
+    contig = [False] * len(names)
+    reads: dict[int, tuple[int, int, str]] = {}
+    calls: list[tuple[str, list[tuple[str, int]]]] = []
+    compared: list[tuple[str, list[int]]] = []
+    via: list[tuple[str, list[int]]] = []
+    fresh_locals: set[str] = set()
+    elements: dict[str, int] = {}  # range-for variable -> the parameter it walks
+    all_checked = False
+    body = fn.body
+    stack = [(body, False, False)]  # (node, inside a check, inside a condition)
+    while stack:
+        n, in_check, in_cond = stack.pop()
+        t = n.type
+        if t == "lambda_expression" and n.start_byte in skip:
+            continue
+        if t in ("identifier", "type_identifier") and n.text in (b"TensorIterator", b"TensorIteratorConfig"):
+            all_checked = True
+        elif t == "call_expression":
+            name, member = callee(n)
+            args = arguments(n)
+            if name in _ALL_CHECKED:
+                all_checked = True
+            if name and not member:
+                argmap = [index.get(text_of(a), -1) if a.type == "identifier" else -1 for a in args]
+                if (in_check or in_cond) and name not in _ASSERTS:
+                    compared.append((name, argmap))
+                if name not in _ASSERTS:
+                    via.extend((name, m) for m in _argmaps(args, index))
+                if name not in _ASSERTS and not name.isupper():
+                    kinds = []
+                    for a in args:
+                        if a.type == "identifier" and text_of(a) in index:
+                            kinds.append(("param", index[text_of(a)]))
+                        elif a.type == "identifier" and text_of(a) in fresh_locals:
+                            kinds.append(("fresh", 0))
+                        elif _is_fresh_value(a):
+                            kinds.append(("fresh", 0))
+                        else:
+                            kinds.append(("other", 0))
+                    calls.append((name, kinds))
+            if name in _ASSERTS and not member:
+                in_check = True
+        elif t == "init_declarator" or t == "assignment_expression":
+            target = n.child_by_field_name("declarator" if t == "init_declarator" else "left")
+            value = n.child_by_field_name("value" if t == "init_declarator" else "right")
+            if target is not None and value is not None:
+                local = text_of(target) if target.type == "identifier" else ""
+                if local and local not in index and _is_fresh_value(value):
+                    fresh_locals.add(local)
+        elif t == "condition_clause":
+            in_cond = True
+        elif t == "for_range_loop":
+            # `for (auto& t : tensors) TORCH_CHECK(t.is_contiguous())`: t stands for each element
+            element = declarator_name(n.child_by_field_name("declarator"))
+            seq = _unparen(n.child_by_field_name("right"))
+            if element and seq is not None and seq.type == "identifier" and text_of(seq) in index:
+                elements[element] = index[text_of(seq)]
+        elif t == "field_expression":
+            obj = _unparen(n.child_by_field_name("argument"))
+            if obj is not None and obj.type == "identifier" and text_of(obj) in elements and \
+                    last_name(n.child_by_field_name("field")) in _ASSERTS_DENSE:
+                checked[elements[text_of(obj)]] = contig[elements[text_of(obj)]] = True
+            elif obj is not None and obj.type == "identifier" and text_of(obj) in index:
+                i = index[text_of(obj)]
+                field_node = n.child_by_field_name("field")
+                member = last_name(field_node)
+                if member in _STRIDE_AWARE:
+                    checked[i] = True
+                    contig[i] = contig[i] or member in _ASSERTS_DENSE
+                elif member in ("numel", "dim") and in_check and _equals(n, "1" if member == "numel" else "0"):
+                    checked[i] = contig[i] = True  # TORCH_CHECK(x.numel() == 1): one element is dense whatever its strides
+                elif member in _READS and tensor[i] and i not in reads:
+                    templated = field_node is not None and field_node.type == "template_method"
+                    if (member != "data" or templated) and not in_check and not _compared(n):
+                        line, col = cpp.pos(obj)
+                        reads[i] = (line, col, f"{text_of(obj)}.{member}")
+        children = n.named_children
+        if children:
+            stack.extend((c, in_check, in_cond) for c in reversed(children))
+    if all_checked:
+        checked = [True] * len(names)
+    return FuncSummary(fn.name, path, names, tensor, checked, reads, calls, compared, via, fn.shown or f"{fn.name}()",
+                       contig)
+
+
+def _call_of(field_expr: Node) -> Node | None:
+    """The call_expression `x.member(...)` whose function is this field expression."""
+    p = field_expr.parent
+    return p if p is not None and p.type == "call_expression" and p.child_by_field_name("function") == field_expr \
+        else None
+
+
+def _equals(field_expr: Node, value: str) -> bool:
+    """`x.numel() == value` (either side)."""
+    call = _call_of(field_expr)
+    if call is None or call.parent is None or call.parent.type != "binary_expression":
         return False
-    seen.add(name)
-    body = cpp.macros.get(name)
-    if body is None:
-        return False
-    if re.search(r"contiguous|CONTIG", body):
-        return True
-    return any(_macro_checks(cpp, m, seen) for m in re.findall(r"[A-Za-z_]\w*", body) if m in cpp.macros)
+    b = call.parent
+    op = b.child_by_field_name("operator")
+    other = b.child_by_field_name("right") if b.child_by_field_name("left") == call else b.child_by_field_name("left")
+    return op is not None and op.type == "==" and other is not None and text_of(other) == value
 
 
-def _checking_call(cpp: CppFile, name: str) -> bool:
-    if not name:
+def _compared(field_expr: Node) -> bool:
+    """x.data_ptr() == y.data_ptr(), reinterpret_cast<uintptr_t>(x.data_ptr()) % 16: a pointer
+    compared or tested for alignment, not read."""
+    node = _call_of(field_expr) or field_expr
+    while node.parent is not None:
+        p = node.parent
+        if p.type in ("parenthesized_expression", "cast_expression"):
+            node = p
+            continue
+        if p.type == "argument_list" and p.parent is not None and p.parent.type == "call_expression" and \
+                callee(p.parent)[0] in ("reinterpret_cast", "static_cast", "uintptr_t", "size_t", "int64_t"):
+            node = p.parent
+            continue
+        if p.type == "binary_expression":
+            op = p.child_by_field_name("operator")
+            return op is not None and op.type in _COMPARISONS
         return False
+    return False
+
+
+# --- bindings -------------------------------------------------------------------------------------
+
+
+def _python_name(first: Node) -> str | None:
+    """The Python-visible name of a binding's first argument: "f" of `"f"`, of a schema
+    `"f(Tensor x) -> Tensor"`, of `"ns::f"` and of `TORCH_SELECTIVE_NAME("ns::f")`."""
+    if first.type == "call_expression" and callee(first)[0] in ("TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA"):
+        args = arguments(first)
+        if not args:
+            return None
+        first = args[0]
+    if first.type not in ("string_literal", "raw_string_literal", "concatenated_string"):
+        return None
+    m = re.match(r'^[A-Za-z0-9]*"(?:\w+::)?([A-Za-z_]\w*)', text_of(first))
+    return m.group(1) if m else None
+
+
+def _function_ref(arg: Node) -> str | None:
+    """The C++ function a binding argument names: `&f`, `&ns::f`, `f`, `TORCH_FN(f)`,
+    `torch::dispatch(key, TORCH_FN(f))`, `static_cast<...>(&f)`."""
+    for _ in range(6):
+        t = arg.type
+        if t == "pointer_expression":
+            inner = arg.child_by_field_name("argument")
+            if inner is None:
+                return None
+            arg = inner
+        elif t in ("identifier", "qualified_identifier", "template_function"):
+            return last_name(arg) or None
+        elif t == "call_expression":
+            name, member = callee(arg)
+            args = arguments(arg)
+            if member or not args or name not in ("TORCH_FN", "dispatch", "static_cast", "overload_cast", "TORCH_FN_TYPE"):
+                return None
+            arg = args[-1]
+        elif t == "parenthesized_expression" and arg.named_child_count == 1:
+            arg = arg.named_children[0]
+        else:
+            return None
+    return None
+
+
+@dataclass
+class Bindings:
+    names: dict[str, str] = field(default_factory=dict)  # Python name -> C++ function (or bound lambda)
+    bound: set[str] = field(default_factory=set)  # C++ functions handed to Python or the dispatcher
+    lambdas: list[Function] = field(default_factory=list)
+
+
+def bindings(cpp: CppFile) -> Bindings:
+    """pybind11 (`m.def("f", &f)`, `.def("f", [](torch::Tensor a) {...})`) and the dispatcher
+    (`TORCH_LIBRARY` / `TORCH_LIBRARY_IMPL` blocks: `m.def("f(Tensor x) -> Tensor", &f)`,
+    `m.impl("f", TORCH_FN(f_cuda))`, `torch::RegisterOperators().op("ns::f", &f)`)."""
+    out = Bindings()
+    if not _BINDS.search(cpp.data):
+        return out
+    for call in cpp.find("call_expression"):
+        name, member = callee(call)
+        if name == "TORCH_FN" and not member:
+            for a in arguments(call):
+                ref = _function_ref(a)
+                if ref:
+                    out.bound.add(ref)
+            continue
+        if not member or name not in _BINDERS:
+            continue
+        args = arguments(call)
+        if len(args) < 2:
+            continue
+        py = _python_name(args[0])
+        chosen = None
+        for a in args[1:]:
+            if a.type == "lambda_expression":
+                declarator = a.child_by_field_name("declarator")
+                body = a.child_by_field_name("body")
+                if body is None or py is None:
+                    break
+                params = params_of(declarator.child_by_field_name("parameters")) if declarator is not None else []
+                synthetic = f"<lambda {py}>"
+                out.lambdas.append(Function(synthetic, params, body, a, a.start_point[0] + 1,
+                                            f"the lambda bound as \"{py}\""))
+                chosen = synthetic
+                break
+            ref = _function_ref(a)
+            if not ref:
+                continue
+            if a.type in ("identifier", "qualified_identifier") and _DISPATCH_KEY.match(text_of(a)):
+                continue  # m.impl("f", torch::kCUDA, &f): the dispatch key, not the function
+            if a.type in ("identifier", "qualified_identifier", "template_function"):
+                chosen = chosen or ref  # a bare name: taken unless a &f or TORCH_FN(f) follows
+                continue
+            chosen = ref
+            break
+        if chosen:
+            out.bound.add(chosen)
+            if py:
+                out.names[py] = chosen
+    return out
+
+
+_BINDS = re.compile(rb"\b(?:def|impl|def_static|op|TORCH_FN)\s*\(")
+_DISPATCH_KEY = re.compile(r"^(?:(?:\w+::)*k[A-Z]\w*|(?:\w+::)*(?:DispatchKey|DeviceType|kCPU|kCUDA)(?:::\w+)?)$")
+
+
+def summarise(path: str, cpp: CppFile, binds: Bindings | None = None) -> list[FuncSummary]:
+    binds = binds if binds is not None else bindings(cpp)
+    skip = frozenset(f.node.start_byte for f in binds.lambdas)
+    out = [summarise_function(path, cpp, fn, skip) for fn in cpp.functions()]
+    out += [summarise_function(path, cpp, fn, skip - {fn.node.start_byte}) for fn in binds.lambdas]
+    return out
+
+
+# --- across files: which calls check -----------------------------------------------------------
+
+
+def _name_checks(name: str) -> bool:
+    """Judged by its name, for a macro or helper defined nowhere in the linted files: one that
+    says it checks contiguity or inputs (precision first: a check we cannot read is a check)."""
     if re.search(r"contig", name, re.I) or name in ("CHECK_INPUT", "CHECK_INPUTS", "CHECK_TENSOR", "CHECK_ARG"):
         return True
-    if name in cpp.macros:
-        return _macro_checks(cpp, name)
-    # a helper such as check_inputs(q, k, v): taken as a check (precision first)
     return "check" in name.lower() and name not in _ASSERTS and name not in ("CHECK_CUDA", "CHECK_DEVICE")
 
 
-def summarise(path: str, cpp: CppFile) -> list[FuncSummary]:
-    toks = cpp.tokens
-    partner = match_brackets(toks)
-    out: list[FuncSummary] = []
-    for fn in functions(cpp, partner):
-        names = [p for _, p in fn.params]
-        tensor = [_is_tensor_type(words) for words, _ in fn.params]
-        index = {p: i for i, p in enumerate(names)}
-        checked = [False] * len(names)
-        reads: dict[int, tuple[int, int, str]] = {}
-        start, end = fn.body
-        # innermost enclosing call name for each token, to ignore reads inside TORCH_CHECK(...)
-        stack: list[str] = []
-        all_checked = False
-        fresh_locals: set[str] = set()
-        calls: list[tuple[str, list[tuple[str, int]]]] = []
-        compared: list[tuple[str, list[int]]] = []
-        k = start + 1
-        while k < end:
-            t = toks[k]
-            if t.kind == "op" and t.text == "(":
-                stack.append(_call_name_before(toks, k))
-                callee = stack[-1]
-                close = partner[k]
-                if callee and close > k:
-                    args = split_args(toks, k, close)
-                    arg_names = [a[0].text for a in args if len(a) == 1 and a[0].kind == "id"]
-                    if _checking_call(cpp, callee):
-                        for a in arg_names:
-                            if a in index:
-                                checked[index[a]] = True
-                    if callee in ("checkContiguous", "checkAllContiguous", "TensorIteratorConfig", "TensorIterator"):
-                        all_checked = True
-                    if toks[k - 2].text not in (".", "->") and any(c in _ASSERTS or c == "if" for c in stack[:-1]):
-                        compared.append((callee, [index.get(a[0].text, -1) if len(a) == 1 else -1 for a in args]))
-                    prev = toks[k - 2].text if k >= 2 else ""
-                    if prev not in (".", "->") and callee not in _ASSERTS and not callee.isupper():
-                        kinds = []
-                        for a in args:
-                            if len(a) == 1 and a[0].kind == "id" and a[0].text in index:
-                                kinds.append(("param", index[a[0].text]))
-                            elif len(a) == 1 and a[0].kind == "id" and a[0].text in fresh_locals:
-                                kinds.append(("fresh", 0))
-                            elif any(x.text in ("contiguous",) for x in a):
-                                kinds.append(("fresh", 0))
-                            else:
-                                kinds.append(("other", 0))
-                        calls.append((callee, kinds))
-            elif t.kind == "op" and t.text == ")":
-                if stack:
-                    stack.pop()
-            elif t.kind == "id":
-                nxt = toks[k + 1].text if k + 1 < end else ""
-                if t.text in ("TensorIterator", "TensorIteratorConfig"):
-                    all_checked = True
-                # `auto y = x.contiguous();` / `torch::empty(...)`: a dense local
-                if nxt == "=" and k + 2 < end:
-                    j = k + 2
-                    stmt_end = j
-                    while stmt_end < end and toks[stmt_end].text != ";":
-                        stmt_end += 1
-                    words = {x.text for x in toks[j:stmt_end]}
-                    if words & _FRESH and t.text not in index:
-                        fresh_locals.add(t.text)
-                if t.text in index and nxt in (".", "->") and k + 2 < end:
-                    member = toks[k + 2].text
-                    if member == "template" and k + 3 < end:
-                        member = toks[k + 3].text
-                    i = index[t.text]
-                    if member in _STRIDE_AWARE:
-                        checked[i] = True
-                    elif member in ("numel", "dim") and stack and stack[-1] in _ASSERTS and \
-                            _equals_after_call(toks, k + 3, end, "1" if member == "numel" else "0"):
-                        checked[i] = True  # TORCH_CHECK(x.numel() == 1): one element is dense whatever its strides
-                    elif member in _READS and tensor[i]:
-                        after = toks[k + 3].text if k + 3 < end else ""
-                        if member == "data" and after != "<":
-                            pass
-                        elif stack and stack[-1] in _ASSERTS:
-                            pass
-                        elif _comparison_near(toks, k, end, partner):
-                            pass
-                        elif i not in reads:
-                            line, col = cpp.line_col(t.start)
-                            reads[i] = (line, col, f"{t.text}.{member}")
-            k += 1
-        if all_checked:
-            checked = [True] * len(names)
-        out.append(FuncSummary(fn.name, path, names, tensor, checked, reads, calls, compared))
-    _same_layout(out)
-    return out
+# Library headers (found on the include path, never the project's own): not followed.
+_LIBRARY_INCLUDE = re.compile(r"^(torch|ATen|c10|caffe2|cuda|cub|thrust|cutlass|cute|pybind11|nv|cooperative_groups|"
+                              r"mma|hip|rocm|triton|boost|Eigen|absl|google|fmt|spdlog)\b|^[^./]+$")
+_MAX_HEADERS = 64  # headers read for one file's macros (transitively)
+
+
+def _include_paths(including: str, include: str, by_suffix: dict[str, list[str]]) -> list[str]:
+    """The linted files an `#include` names: beside the including file first, then any linted
+    file whose path ends with the include's path (a project include folder)."""
+    include = include.replace("\\", "/")
+    candidates = by_suffix.get(include.rsplit("/", 1)[-1], [])
+    if not candidates:
+        return []
+    here = os.path.normpath(os.path.join(os.path.dirname(including), include))
+    if here in candidates:
+        return [here]
+    tail = "/" + include.lstrip("./")
+    return [c for c in candidates if c.replace(os.sep, "/").endswith(tail)][:4]
+
+
+class _Checks:
+    """Whether a call `name(..., x, ...)` with x at position j checks x, seen from a file: a
+    macro the file sees (its own, then the project headers it includes) by its body; else a
+    function of the project by its summary; else a macro defined in a linted file that this one
+    does not include (every definition must check); else, defined nowhere here, by its name."""
+
+    def __init__(self, summaries: list[FuncSummary], facts: dict[str, FileFacts], cpp_paths: list[str],
+                 read_facts: Callable[[str], FileFacts | None], defines: dict[str, list[str]] | None = None):
+        self.defines = defines
+        self.facts = dict(facts)
+        self.read_facts = read_facts
+        self.by_suffix: dict[str, list[str]] = {}
+        for p in cpp_paths:
+            self.by_suffix.setdefault(os.path.basename(p), []).append(os.path.normpath(p))
+        self.functions: dict[str, list[FuncSummary]] = {}
+        for s in summaries:
+            self.functions.setdefault(s.name, []).append(s)
+        self.dense_positions: dict[str, set[int]] = {}
+        self._macro_memo: dict[tuple[str, str, int], bool] = {}
+        self.refresh()
+        self.cpp_paths = cpp_paths
+        self._files: dict[str, list[str]] = {}
+        self._visible: dict[tuple[str, str], tuple[str, MacroFacts] | None] = {}
+        self._anywhere: dict[str, list[tuple[str, MacroFacts]]] = {}
+
+    def _facts(self, path: str) -> FileFacts | None:
+        if path not in self.facts:
+            self.facts[path] = self.read_facts(path)
+        return self.facts[path]
+
+    def refresh(self) -> None:
+        """Per function name, the parameter positions any of its definitions asserts dense (a
+        name with thousands of overloads is looked up once, not once per overload)."""
+        self.dense_positions = {}
+        for name, funcs in self.functions.items():
+            for s in funcs:
+                for j, dense in enumerate(s.contig):
+                    if dense:
+                        self.dense_positions.setdefault(name, set()).add(j)
+        self._macro_memo.clear()  # a helper checked in the last round may make a macro check
+
+    def _seen_files(self, path: str) -> list[str]:
+        """The file and the project headers it includes (transitively, nearest first)."""
+        if path in self._files:
+            return self._files[path]
+        out: list[str] = []
+        seen = {path}
+        queue = [path]
+        while queue:
+            current = queue.pop(0)
+            facts = self._facts(current)
+            if facts is None:
+                continue
+            out.append(current)
+            for inc in facts.includes:
+                if _LIBRARY_INCLUDE.search(inc):
+                    continue
+                for p in _include_paths(current, inc, self.by_suffix):
+                    if p not in seen and len(seen) < _MAX_HEADERS:
+                        seen.add(p)
+                        queue.append(p)
+        self._files[path] = out
+        return out
+
+    def visible(self, name: str, path: str) -> tuple[str, MacroFacts] | None:
+        """(defining file, facts) of the macro a file sees by this name: its own, else the
+        nearest project header it includes that defines it."""
+        key = (name, path)
+        if key not in self._visible:
+            found = None
+            for p in self._seen_files(path):
+                facts = self._facts(p)
+                if facts is not None and name in facts.macros:
+                    found = (p, facts.macros[name])
+                    break
+            self._visible[key] = found
+        return self._visible[key]
+
+    def prepare_anywhere(self, names: set[str]) -> None:
+        """Find where these macro names are defined in the linted C++ files: from the index the
+        workers made (`defines`), else in one pass over the files."""
+        names = {n for n in names if n not in self._anywhere}
+        for n in names:
+            self._anywhere[n] = []
+        if not names:
+            return
+        if self.defines is not None:
+            places = sorted({p for n in names for p in self.defines.get(n, ())})
+            found_in = {p: {n for n in names if p in self.defines.get(n, ())} for p in places}
+        else:
+            pattern = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(%s)\(" % b"|".join(re.escape(n.encode()) for n in
+                                                                               sorted(names)), re.M)
+            found_in = {p: f for p in self.cpp_paths for f in [_defines(p, pattern)] if f}
+        for p, found in found_in.items():
+            facts = self._facts(os.path.normpath(p))
+            if facts is None:
+                continue
+            for n in found:
+                if n in facts.macros:
+                    self._anywhere[n].append((os.path.normpath(p), facts.macros[n]))
+
+    def checks(self, name: str, j: int, path: str, depth: int = 0) -> bool:
+        if depth > 12:
+            return False
+        macro = self.visible(name, path)
+        if macro is not None:
+            return self._macro_checks(macro[0], name, macro[1], j, depth)
+        if name in self.functions:
+            return j in self.dense_positions.get(name, ())
+        if name.isupper():
+            if name not in self._anywhere:
+                self.prepare_anywhere({name})
+            defs = self._anywhere[name]
+            if defs:
+                return all(self._macro_checks(p, name, m, j, depth) for p, m in defs)
+        return _name_checks(name)
+
+    def _macro_checks(self, where: str, name: str, m: MacroFacts, j: int, depth: int) -> bool:
+        key = (where, name, j)
+        if key in self._macro_memo:
+            return self._macro_memo[key]
+        self._macro_memo[key] = False  # a macro that reaches itself checks nothing through itself
+        if j >= len(m.params):
+            if not m.params or m.params[-1] != "__VA_ARGS__":
+                return False
+            j = len(m.params) - 1
+        result = j in m.checks or any(self.checks(inner, k, where, depth + 1) for inner, argmap in m.calls
+                                      for k, i in enumerate(argmap) if i == j)
+        self._macro_memo[key] = result
+        return result
+
+
+def _defines(path: str, pattern: re.Pattern[bytes]) -> set[str]:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(20 * 1024 * 1024)
+    except OSError:
+        return set()
+    if b"define" not in data:
+        return set()
+    return {m.group(1).decode() for m in pattern.finditer(data)}
+
+
+def read_file_facts(path: str) -> FileFacts | None:
+    """A header's macros and includes, read in the parent (a header with no data_ptr is never
+    summarised by a worker, yet its CHECK_INPUT decides another file's reads)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(20 * 1024 * 1024 + 1)
+    except OSError:
+        return None
+    if len(data) > 20 * 1024 * 1024 or b"\0" in data:
+        return None
+    try:
+        return file_facts(CppFile(data.decode("utf-8", "surrogateescape"), data))
+    except (RecursionError, MemoryError, ValueError):
+        return None
+
+
+def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cpp_paths: list[str],
+                   read_facts: Callable[[str], FileFacts | None] = read_file_facts,
+                   defines: dict[str, list[str]] | None = None) -> None:
+    """Mark the parameters that a macro or helper call checks (see the module docstring), then
+    tie same-layout parameters; changes `summaries` in place. `defines`: macro name -> the C++
+    files that define it (MACRO_DEFINITIONS), or None to search the files when needed."""
+    resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts, defines)
+    paths = {s.path: os.path.normpath(s.path) for s in summaries}
+    # the macro-like names no file sees and no function defines, looked up in one pass
+    pending = {name for s in summaries for name, _ in s.via if name.isupper() and name not in resolver.functions
+               and resolver.visible(name, paths[s.path]) is None}
+    resolver.prepare_anywhere(pending)
+    # a helper checked through another helper: again, for the calls of the functions (and the
+    # macros, which may call them) that the last round made check, until nothing changes
+    grown: set[str] | None = None
+    rounds = 0
+    while rounds < 8 and (grown is None or grown):
+        rounds += 1
+        if grown is not None:
+            resolver.refresh()
+        now: set[str] = set()
+        for s in summaries:
+            path = paths[s.path]
+            for name, argmap in s.via:
+                if grown is not None and name not in grown and not name.isupper():
+                    continue
+                for j, i in enumerate(argmap):
+                    if i >= 0 and not s.contig[i] and resolver.checks(name, j, path):
+                        s.checked[i] = s.contig[i] = True
+                        now.add(s.name)
+        grown = now
+    by_file: dict[str, list[FuncSummary]] = {}
+    for s in summaries:
+        by_file.setdefault(s.path, []).append(s)
+    for group in by_file.values():
+        _same_layout(group)
 
 
 def _same_layout(summaries: list[FuncSummary]) -> None:
@@ -191,9 +661,9 @@ def _same_layout(summaries: list[FuncSummary]) -> None:
     helpers = {s.name: s.checked for s in summaries if sum(s.checked) >= 2}
     for s in summaries:
         links = []
-        for callee, args in s.compared:
-            strided = helpers.get(callee)
-            if strided is None or callee == s.name:
+        for name, args in s.compared:
+            strided = helpers.get(name)
+            if strided is None or name == s.name:
                 continue
             tied = [i for pos, i in enumerate(args) if i >= 0 and pos < len(strided) and strided[pos]]
             if len(tied) >= 2:
@@ -208,99 +678,7 @@ def _same_layout(summaries: list[FuncSummary]) -> None:
                     changed = True
 
 
-def _equals_after_call(toks: list[Tok], j: int, end: int, value: str) -> bool:
-    """`( ) == value` from token j (after `x.numel`)."""
-    return j + 3 < end and toks[j].text == "(" and toks[j + 1].text == ")" and toks[j + 2].text == "==" and \
-        toks[j + 3].text == value
-
-
-def _comparison_near(toks: list[Tok], k: int, end: int, partner: list[int]) -> bool:
-    """x.data_ptr() == y.data_ptr(), reinterpret_cast<uintptr_t>(x.data_ptr()) % 16: a pointer
-    compared or tested for alignment, not read."""
-    before = toks[k - 1].text if k > 0 else ""
-    if before in ("==", "!=", "%"):
-        return True
-    j = k + 3 if toks[k + 2].text != "template" else k + 4
-    if j < end and toks[j].text == "<":  # data_ptr<float>
-        depth = 0
-        while j < end:
-            if toks[j].text == "<":
-                depth += 1
-            elif toks[j].text == ">":
-                depth -= 1
-                if depth == 0:
-                    break
-            elif toks[j].text == ">>":
-                depth -= 2
-                if depth <= 0:
-                    break
-            j += 1
-        j += 1
-    if j < end and toks[j].text == "(" and partner[j] > j:
-        j = partner[j] + 1
-    while j < end and toks[j].text == ")":
-        j += 1
-    return j < end and toks[j].text in ("==", "!=", "%", "<", ">", "<=", ">=")
-
-
-def _is_tensor_type(words: list[str]) -> bool:
-    if "Tensor" not in words:
-        return False
-    text = " ".join(words)
-    return "<" not in text and not re.search(r"\bTensor(List|Options|Arg|Iterator)", text)
-
-
-_BINDERS = {"def", "impl", "TORCH_FN", "op", "def_static", "TORCH_SELECTIVE_NAME"}
-
-
-def bound_names(cpp: CppFile) -> set[str]:
-    """Functions handed to pybind11 (m.def("f", &f)) or the dispatcher (m.impl("f", &f),
-    TORCH_FN(f)): the entry points Python calls."""
-    toks = cpp.tokens
-    out: set[str] = set()
-    partner = None
-    for k, t in enumerate(toks):
-        if t.kind == "id" and t.text in _BINDERS and k + 1 < len(toks) and toks[k + 1].text == "(":
-            if partner is None:
-                partner = match_brackets(toks)
-            close = partner[k + 1]
-            if close < 0:
-                continue
-            for arg in split_args(toks, k + 1, close):
-                words = [x for x in arg if x.text not in ("&", "::") and x.kind == "id"]
-                if words and all(x.kind == "id" or x.text in ("&", "::") for x in arg):
-                    out.add(words[-1].text)
-    return out
-
-
-def python_names(cpp: CppFile) -> dict[str, str]:
-    """Python-visible name -> C++ function of each binding: m.def("forward", &ns::fwd),
-    m.impl("gather", TORCH_FN(gather_cuda)); the name of a TORCH_LIBRARY schema is the identifier
-    before its "(" (m.def("gather(Tensor x) -> Tensor", &gather))."""
-    toks = cpp.tokens
-    out: dict[str, str] = {}
-    partner = None
-    for k, t in enumerate(toks):
-        if t.kind != "id" or t.text not in ("def", "impl", "def_static") or k + 1 >= len(toks) or \
-                toks[k + 1].text != "(" or k == 0 or toks[k - 1].text not in (".", "->"):
-            continue
-        if partner is None:
-            partner = match_brackets(toks)
-        close = partner[k + 1]
-        if close < 0:
-            continue
-        args = split_args(toks, k + 1, close)
-        if len(args) < 2 or len(args[0]) != 1 or args[0][0].kind != "str":
-            continue
-        m = re.match(r'^[A-Za-z]*"(?:\w+::)?([A-Za-z_]\w*)', args[0][0].text)
-        if not m:
-            continue
-        for arg in args[1:]:
-            words = [x for x in arg if x.kind == "id" and x.text != "TORCH_FN"]
-            if words and all(x.kind == "id" or x.text in ("&", "::", "(", ")") for x in arg):
-                out[m.group(1)] = words[-1].text
-                break
-    return out
+# --- across files: who passes what ---------------------------------------------------------------
 
 
 def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str],
@@ -314,8 +692,8 @@ def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str],
     python = python or {}
     callers: dict[str, list[tuple[FuncSummary, list[tuple[str, int]]]]] = {}
     for s in summaries:
-        for callee, kinds in s.calls:
-            callers.setdefault(callee, []).append((s, kinds))
+        for name, kinds in s.calls:
+            callers.setdefault(name, []).append((s, kinds))
     memo: dict[tuple[int, int], bool] = {}
     blame: dict[tuple[int, int], PyCall] = {}
 
@@ -325,7 +703,7 @@ def resolve_data_ptr(summaries: list[FuncSummary], bound: set[str],
             return memo[key]
         if s.checked[i]:
             return True
-        sites = [(c, kinds) for c, kinds in callers.get(s.name, []) if len(kinds) == len(s.params)]
+        sites = [(c, kinds) for c, kinds in callers.get(s.name, []) if len(kinds) == len(s.params) and c is not s]
         py_sites = [c for c in python.get(s.name, ()) if c.arity_fits(s.params)] if s.name in bound else []
         if (not sites and not py_sites) or depth > 8:
             memo[key] = depth > 8 or s.name not in bound
@@ -373,235 +751,71 @@ def data_ptr_finding(s: FuncSummary, i: int, call: PyCall | None = None) -> Find
     param = s.params[i]
     where = ""
     if call is not None:
-        where = f"; {call.path}:{call.line} passes `{call.shown_at(i, param)}`, not known to be contiguous"
-    message = (f"{read}() reads the raw memory of tensor argument `{param}` of {s.name}(), which is never checked or "
-               f"made contiguous (here or by its callers{where}): a transposed, sliced or expanded tensor is read in "
-               f"the wrong order; add TORCH_CHECK({param}.is_contiguous(), ...) or use {param}.contiguous()")
+        at, at_line = call.where_at(i, param)
+        where = f"; {at}:{at_line} passes `{call.shown_at(i, param)}`, not known to be contiguous"
+    message = (f"{read}() reads the raw memory of tensor argument `{param}` of {s.shown or s.name + '()'}, which is "
+               f"never checked or made contiguous (here or by its callers{where}): a transposed, sliced or expanded "
+               f"tensor is read in the wrong order; add TORCH_CHECK({param}.is_contiguous(), ...) or use "
+               f"{param}.contiguous()")
     return Finding(path=s.path, line=line, col=col, code="GPU009", kb_id=BY_CODE["GPU009"].kb_id, message=message,
                    fix=Fix(DISPLAY_ONLY, f"TORCH_CHECK({param}.is_contiguous(), \"{param} must be contiguous\")"),
                    end_line=line, end_col=col + len(read))
 
 
-# --- GPU009: the project's own Python calls of a binding ---------------------------------------
+# --- one file ---------------------------------------------------------------------------------------
 
-# Calls whose result is a new tensor in the default (contiguous) layout.
-_PY_FRESH = {"empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "cat",
-             "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous"}
-# A copy that keeps the layout of the tensor it comes from (memory_format=torch.preserve_format).
-_PY_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
-# Methods whose result is dense when the tensor they are called on is.
-_PY_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short", "byte", "bool", "cuda", "cpu",
-             "clone", "view", "detach", "requires_grad_", "fill_", "zero_", "type"}
+# (findings, summaries, bound names, Python name -> C++ name, FileFacts or None)
+EMPTY_SCAN: tuple = ([], [], set(), {}, None)
 
 
-@dataclass
-class PyCall:
-    """One call of a binding in the project's Python code, with which arguments are known to be
-    dense: created at the call (torch.empty, torch.zeros, .contiguous(), ...), or a name, a
-    `d["key"]` entry or an `obj.attr` every assignment of which in the module is."""
-    path: str
-    line: int
-    positional: list[tuple[bool, str]]
-    keywords: dict[str, tuple[bool, str]]
-    starred: bool
-
-    def arity_fits(self, params: list[str]) -> bool:
-        return not self.starred and len(self.positional) + len(self.keywords) <= len(params) and \
-            all(k in params[len(self.positional):] for k in self.keywords)
-
-    def _arg(self, i: int, name: str) -> tuple[bool, str] | None:
-        if i < len(self.positional):
-            return self.positional[i]
-        return self.keywords.get(name)
-
-    def fresh_at(self, i: int, name: str) -> bool:
-        arg = self._arg(i, name)
-        return arg is None or arg[0]  # left out: a default value (pybind11 py::arg("x") = ...)
-
-    def shown_at(self, i: int, name: str) -> str:
-        arg = self._arg(i, name)
-        return arg[1] if arg else name
+# Function-like macros a C++ file defines (found by a byte search in the workers, for every C++
+# file read while GPU009 is selected): where `resolve_checks` looks for a macro no file includes.
+# (Not anchored at the line start: ten times faster, and a "#define" in a comment only costs a
+# parse of that file in the parent, which then finds no such macro.)
+MACRO_DEFINITIONS = re.compile(rb"#[ \t]*define[ \t]+([A-Z_][A-Z0-9_]*)\(")
 
 
-class _Module:
-    """What one Python module assigns, for the freshness of a name, a dict entry or an attribute."""
-
-    def __init__(self, tree: ast.Module):
-        self.tree = tree
-        self.globals: dict[str, list[ast.expr]] = {}
-        self.keys: dict[str, list[ast.expr]] = {}
-        self.attrs: dict[str, list[ast.expr]] = {}
-        self.locals: dict[ast.AST, dict[str, list[ast.expr]]] = {}
-        self.params: dict[ast.AST, set[str]] = {}
-        self._walk(tree, tree)
-
-    def _walk(self, node: ast.AST, scope: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                a = child.args
-                self.params[child] = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
-                    {x.arg for x in (a.vararg, a.kwarg) if x is not None}
-                self.locals[child] = {}
-                self._walk(child, child)
-                continue
-            if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and child.value is not None:
-                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
-                value = child.value if not isinstance(child, ast.AugAssign) else child  # x += y: not fresh
-                for t in targets:
-                    self._assign(t, value, scope)
-            elif isinstance(child, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
-                targets = [child.target] if hasattr(child, "target") else \
-                    [i.optional_vars for i in child.items if i.optional_vars is not None]
-                for t in targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Name):
-                            self._bind(n.id, child, scope)  # a loop variable: unknown
-            elif isinstance(child, ast.Dict):
-                for k, v in zip(child.keys, child.values):
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                        self.keys.setdefault(k.value, []).append(v)
-            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
-                    child.func.attr in ("register_buffer", "register_parameter") and len(child.args) >= 2 and \
-                    isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
-                self.attrs.setdefault(child.args[0].value, []).append(child.args[1])
-            self._walk(child, scope)
-
-    def _bind(self, name: str, value: ast.AST, scope: ast.AST) -> None:
-        table = self.globals if scope is self.tree else self.locals[scope]
-        table.setdefault(name, []).append(value)  # type: ignore[arg-type]
-
-    def _assign(self, target: ast.expr, value: ast.AST, scope: ast.AST) -> None:
-        if isinstance(target, ast.Name):
-            self._bind(target.id, value, scope)
-        elif isinstance(target, ast.Attribute):
-            self.attrs.setdefault(target.attr, []).append(value)  # type: ignore[arg-type]
-        elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and \
-                isinstance(target.slice.value, str):
-            self.keys.setdefault(target.slice.value, []).append(value)  # type: ignore[arg-type]
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for elt in target.elts:
-                self._assign(elt, target, scope)  # unpacked: unknown
-
-    def fresh(self, e: ast.AST, scope: ast.AST, seen: frozenset = frozenset()) -> bool:
-        if isinstance(e, ast.Constant):
-            return e.value is None
-        if isinstance(e, ast.IfExp):
-            return self.fresh(e.body, scope, seen) and self.fresh(e.orelse, scope, seen)
-        if isinstance(e, ast.Call):
-            f = e.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            keywords = {k.arg: k.value for k in e.keywords if k.arg}
-            layout = keywords.get("memory_format")
-            if layout is not None and not (isinstance(layout, ast.Attribute) and layout.attr == "contiguous_format"):
-                return False  # channels_last, preserve_format
-            if name in _PY_FRESH:
-                return True
-            if name in _PY_LIKE:
-                return layout is not None or (bool(e.args) and self.fresh(e.args[0], scope, seen))
-            if name in _PY_KEEPS and isinstance(f, ast.Attribute):
-                return self.fresh(f.value, scope, seen)
-            return False
-        key = None
-        if isinstance(e, ast.Name):
-            key = ("name", e.id, id(scope))
-            if key in seen:
-                return False
-            table = self.locals.get(scope, {})
-            if e.id in table:
-                values = table[e.id]
-            elif e.id in self.params.get(scope, ()):
-                return False  # whatever the caller passes
-            else:
-                values = self.globals.get(e.id, [])
-                scope = self.tree
-        elif isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
-            key = ("key", e.slice.value)
-            values = self.keys.get(e.slice.value, [])
-        elif isinstance(e, ast.Attribute):
-            key = ("attr", e.attr)
-            values = self.attrs.get(e.attr, [])
-        else:
-            return False
-        if key in seen or not values:
-            return False
-        seen = seen | {key}
-        return all(isinstance(v, ast.expr) and self.fresh(v, scope if key[0] == "name" else self._scope_of(v), seen)
-                   for v in values)
-
-    def _scope_of(self, node: ast.AST) -> ast.AST:
-        for fn in self.locals:
-            if fn.lineno <= node.lineno <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
-                best = fn
-                for inner in self.locals:
-                    if inner is not fn and fn.lineno <= inner.lineno and (inner.end_lineno or 0) <= (fn.end_lineno or 0) \
-                            and inner.lineno <= node.lineno <= (inner.end_lineno or inner.lineno):  # type: ignore
-                        best = inner
-                return best
-        return self.tree
+def applicable(codes: set[str], data: bytes, exhaustive: bool = False) -> set[str]:
+    """The C++ rules that apply to a file: GPU009 reads extension code only (unless `exhaustive`)."""
+    if "GPU009" in codes and not exhaustive and not is_extension_source(data):
+        return codes - {"GPU009"}
+    return codes
 
 
-def python_calls(sources: list, names: dict[str, str]) -> dict[str, list[PyCall]]:
-    """C++ name -> the calls of its binding in these Python files (PySource objects that mention
-    it). `names`: Python-visible name -> C++ name. A name the Python code also defines
-    (`def forward`, a wrapper of the same name) cannot be told from the binding: its calls are
-    not used, and the finding stands as if there were none."""
-    defined = {n.name for src in sources for n in ast.walk(src.tree)
-               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name in names}
-    wanted = {py: cxx for py, cxx in names.items() if py not in defined}
-    out: dict[str, list[PyCall]] = {}
-    if not wanted:
-        return out
-    for src in sources:
-        module: _Module | None = None
-        stack: list[tuple[ast.AST, ast.AST]] = [(src.tree, src.tree)]
-        while stack:
-            node, scope = stack.pop()
-            for child in ast.iter_child_nodes(node):
-                inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
-                stack.append((child, inner))
-                if not isinstance(child, ast.Call):
-                    continue
-                f = child.func
-                if isinstance(f, ast.Name):
-                    py = f.id
-                elif isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in ("self", "cls")) \
-                        and not isinstance(f.value, ast.Call):
-                    py = f.attr
-                else:
-                    continue
-                if py not in wanted:
-                    continue
-                if module is None:
-                    module = _Module(src.tree)
-                m = module
-
-                def arg(e: ast.expr, m=m, scope=scope) -> tuple[bool, str]:
-                    return m.fresh(e, scope), ast.get_source_segment(src.text, e) or ast.dump(e)[:40]
-
-                call = PyCall(src.path, child.lineno, [arg(a) for a in child.args if not isinstance(a, ast.Starred)],
-                              {k.arg: arg(k.value) for k in child.keywords if k.arg},
-                              any(isinstance(a, ast.Starred) for a in child.args) or any(k.arg is None for k in child.keywords))
-                out.setdefault(wanted[py], []).append(call)
-    return out
+# The parser's syntax tree takes about 50 bytes of memory per byte of source (a 20 MB generated
+# file: 1.1 GB and ten seconds); the largest hand-written headers (torch's generated
+# RedispatchFunctions.h, CUDA's cuda.h) are 1-2 MB.
+MAX_PARSE_BYTES = 8 * 1024 * 1024
 
 
-def scan(path: str, text: str, data: bytes,
-         codes: set[str]) -> tuple[list[Finding], list[FuncSummary], set[str], dict[str, str]]:
-    """Findings (GPU010), and GPU009's facts: summaries, bound C++ names, Python name -> C++ name."""
-    if "GPU009" in codes and not is_extension_source(data):
-        codes = codes - {"GPU009"}
+def parse(path: str, text: str, data: bytes) -> CppFile:
+    """The file parsed. Raises NotLinted for a file over MAX_PARSE_BYTES, and
+    cpp.ParserUnavailable (a NotLinted) when the parser cannot be loaded."""
+    if len(data) > MAX_PARSE_BYTES:
+        limit = f"{MAX_PARSE_BYTES // (1024 * 1024)} MiB" if MAX_PARSE_BYTES >= 1024 * 1024 else f"{MAX_PARSE_BYTES} bytes"
+        raise NotLinted(f"not linted for GPU009/GPU010: larger than {limit}, the limit of the C++ parser")
+    return CppFile(text, data)
+
+
+def scan(path: str, cpp: CppFile, data: bytes, codes: set[str], exhaustive: bool = False) -> tuple:
+    """Findings (GPU010), and GPU009's facts: summaries, bound C++ names, Python name -> C++ name,
+    and the file's macros and includes. `exhaustive`: GPU009 on any C++ file, extension or not."""
+    codes = applicable(codes, data, exhaustive)
     if not codes:
-        return [], [], set(), {}
-    cpp = tokenize(text)
+        return EMPTY_SCAN
     findings: list[Finding] = []
     summaries: list[FuncSummary] = []
     bound: set[str] = set()
     aliases: dict[str, str] = {}
+    facts = None
     if "GPU010" in codes:
         findings += cppalloc.allocator_findings(path, cpp)
     if "GPU009" in codes:
-        summaries = [s for s in summarise(path, cpp) if s.reads or s.calls]
-        bound = bound_names(cpp)
-        aliases = python_names(cpp)
-        bound |= set(aliases.values())
-    return findings, summaries, bound, aliases
+        binds = bindings(cpp)
+        # every function with parameters: one that checks nothing decides too (a helper called
+        # check_cuda(x) that reads only the device is not judged by its name)
+        summaries = [s for s in summarise(path, cpp, binds) if s.params or s.reads or s.calls]
+        bound = binds.bound | set(binds.names.values())
+        aliases = binds.names
+        facts = file_facts(cpp)
+    return findings, summaries, bound, aliases, facts

@@ -8,6 +8,7 @@ reported as unparseable. Everything a worker returns is small and picklable.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Iterator
 
 from gpudoctor.lint import config as cfg
 from gpudoctor.lint import rules
-from gpudoctor.lint.model import FileError, Finding, LintResult
+from gpudoctor.lint.model import FileError, Finding, InternalError, LintResult, NotLinted
 
 MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_EXCLUDE = frozenset({
@@ -26,6 +27,7 @@ DEFAULT_EXCLUDE = frozenset({
     ".direnv", ".ipynb_checkpoints",
 })
 _CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
+_CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
 _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
@@ -54,6 +56,8 @@ class Task:
     subkind: str
     codes: tuple[str, ...]
     size: int = 0
+    # every rule on the file, prefilters and gates off (the robustness test over a whole tree)
+    exhaustive: bool = False
 
 
 @dataclass
@@ -67,10 +71,14 @@ class FileResult:
     cpp_summaries: list[Any] = field(default_factory=list)
     cpp_bound: set[str] = field(default_factory=set)
     cpp_aliases: dict[str, str] = field(default_factory=dict)  # Python name of a binding -> C++ function
+    cpp_facts: Any = None  # cpprules.FileFacts: the file's macros and includes, for GPU009's checks
+    cpp_defines: tuple[str, ...] = ()  # the function-like macros it defines (any C++ file, GPU009 selected)
     facts: Any = None  # pyrules.Facts of a parsed Python file, for the project pass
     # GPU011 alone wanted this file for a cast followed by calls, and it creates no module: its
     # calls matter only if another file has a method that creates modules (parsed then, once)
     deferred: bool = False
+    # rules that failed on this file: (code, or None when no one rule failed; what failed)
+    internal: list[tuple[str | None, str]] = field(default_factory=list)
 
 
 class UsageError(ValueError):
@@ -225,8 +233,10 @@ def suppressed(f: Finding, table: dict[int, frozenset[str] | None]) -> bool:
 
 
 def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes: set[str],
-              result: FileResult) -> list[Finding]:
-    """Run the chosen rules on decoded text; raises SyntaxError/ValueError for unparseable Python."""
+              result: FileResult, exhaustive: bool = False) -> list[Finding]:
+    """Run the chosen rules on decoded text. Raises SyntaxError / ValueError for unparseable
+    Python and NotLinted for a file that cannot be read for another reason; a rule that raises
+    anything else costs that rule on this file only (`result.internal`, see `_isolated`)."""
     findings: list[Finding] = []
     if kind == rules.PYTHON:
         import ast
@@ -237,19 +247,88 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
         from gpudoctor.lint.project import module_name
 
         tree = ast.parse(text, filename=path)
-        facts = pyrules.Facts()
-        findings = pyrules.check(PySource(path, text, tree, *module_name(path)), codes, facts)
-        result.facts = facts
+        src = PySource(path, text, tree, *module_name(path))
+
+        def python(chosen: set[str]) -> tuple[list[Finding], Any]:
+            facts = pyrules.Facts()
+            return pyrules.check(src, chosen, facts), facts
+
+        findings, result.facts = _isolated(python, codes, result, ([], None))
     elif kind == rules.CPP:
         from gpudoctor.lint import cpprules
 
-        findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases = cpprules.scan(path, text, data, codes)
+        codes = cpprules.applicable(codes, data, exhaustive)
+        if codes:
+            parsed = cpprules.parse(path, text, data)  # NotLinted: the parser cannot be loaded
+
+            def cpp(chosen: set[str]) -> tuple:
+                return cpprules.scan(path, parsed, data, chosen, exhaustive)
+
+            findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases, result.cpp_facts = \
+                _isolated(cpp, codes, result, cpprules.EMPTY_SCAN)
     else:
         from gpudoctor.lint import archflags
 
-        if "GPU006" in codes:
-            findings = [_build_finding(path, text, v) for v in archflags.scan_build(text, subkind)]
+        def build(chosen: set[str]) -> list[Finding]:
+            return [_build_finding(path, text, v) for v in archflags.scan_build(text, subkind)] if "GPU006" in chosen else []
+
+        findings = _isolated(build, codes, result, [])
     return findings
+
+
+def _describe(exc: BaseException) -> str:
+    """`TypeError: ... (archflags.py:261 in _list_entries)`: the exception and the innermost
+    frame of gpudoctor's own code, for the bug report."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "gpudoctor" in f.filename or
+              os.sep + "doctor" + os.sep in f.filename]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" ({os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+    text = str(exc)
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{type(exc).__name__}: {text}{where}" if text else f"{type(exc).__name__}{where}"
+
+
+# Failures that belong to the input (or the machine), not to one rule: they keep their meaning
+# as file errors.
+_INPUT_FAILURES = (RecursionError, MemoryError, NotLinted, KeyboardInterrupt)
+
+
+def _isolated(run, codes: set[str], result: FileResult, empty):
+    """`run(codes)`, with each rule's failure costing that rule only: when the rules together
+    raise, each is run alone to find the ones that fail (recorded in `result.internal`), and the
+    others run together again. The common case costs one call."""
+    try:
+        return run(set(codes))
+    except _INPUT_FAILURES:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a rule's bug must not end the run)
+        if len(codes) == 1:
+            result.internal.append((next(iter(codes)), _describe(exc)))
+            return empty
+    good = set()
+    for code in sorted(codes):
+        try:
+            run({code})
+            good.add(code)
+        except _INPUT_FAILURES:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            result.internal.append((code, _describe(exc)))
+    if not good:
+        return empty
+    try:
+        return run(good)
+    except _INPUT_FAILURES:
+        raise
+    except Exception as exc:  # noqa: BLE001 (fails only together: every one of them is missing)
+        for code in sorted(good):
+            result.internal.append((code, _describe(exc)))
+        return empty
 
 
 def _build_finding(path: str, text: str, verdict) -> Finding:
@@ -265,6 +344,19 @@ def _build_finding(path: str, text: str, verdict) -> Finding:
 
 
 def lint_file(task: Task) -> FileResult:
+    """One file: read, prefilter, decode, parse, run the rules. Never raises: what cannot be
+    linted is `error`, and a failure of gpudoctor's own code is `internal`."""
+    try:
+        return _lint_file(task)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 (outside every rule: the whole file's findings are missing)
+        result = FileResult(task.path, checked=True)
+        result.internal.append((None, _describe(exc)))
+        return result
+
+
+def _lint_file(task: Task) -> FileResult:
     result = FileResult(task.path)
     wanted = [rules.BY_CODE[c] for c in task.codes]
     try:
@@ -276,11 +368,15 @@ def lint_file(task: Task) -> FileResult:
     if len(data) > MAX_BYTES:
         result.error = f"larger than {MAX_BYTES // (1024 * 1024)} MiB: not linted"
         return result
-    codes = {r.code for r in wanted if r.wants(data)}
+    codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
         codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
+    elif task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
+        from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
+
+        result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
     result.checked = True
-    if codes == {"GPU011"} and task.kind == rules.PYTHON:
+    if codes == {"GPU011"} and task.kind == rules.PYTHON and not task.exhaustive:
         from gpudoctor.lint.latemodules import may_create_late
 
         if not may_create_late(data):
@@ -297,14 +393,17 @@ def lint_file(task: Task) -> FileResult:
         result.error = f"cannot decode: {exc}"
         return result
     try:
-        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result)
+        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive)
     except SyntaxError as exc:
         result.error = f"cannot parse (Python {sys.version_info[0]}.{sys.version_info[1]}): {exc.msg} (line {exc.lineno})"
         return result
     except RecursionError:
         result.error = "too deeply nested to parse or analyse: not linted"
         return result
-    except (ValueError, MemoryError) as exc:
+    except NotLinted as exc:
+        result.error = str(exc)
+        return result
+    except (ValueError, MemoryError) as exc:  # ast.parse's own refusals (rules' errors are internal)
         result.error = f"cannot parse: {type(exc).__name__}: {exc}"
         return result
     if b"gpudoctor:" in data:
@@ -397,10 +496,14 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
          isolated: bool = False, jobs: int | None = None,
-         force_exclude: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
-    """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError."""
+         force_exclude: bool = False, exhaustive: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+    """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError.
+    `exhaustive`: every selected rule on every file, prefilters off (for robustness tests: the
+    findings are the same, the run much slower)."""
     result = LintResult()
     planned = discover(paths, select, ignore, isolated, force_exclude)
+    if exhaustive:
+        planned = [(dataclasses.replace(t, exhaustive=True), c) for t, c in planned]
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}
@@ -419,8 +522,11 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
             result.errors.append(FileError(path, fr.error))
         if fr.checked:
             result.files_checked += 1
+        result.internal_errors += [InternalError(path, code, message) for code, message in fr.internal]
         findings.extend(fr.findings)
-    findings += _cross_file(by_path, task_by_path)
+    cross, failed = _cross_file(by_path, task_by_path)
+    findings += cross
+    result.internal_errors += failed
     # per-file-ignores from the configuration
     kept = []
     for f in findings:
@@ -430,26 +536,78 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
         kept.append(f)
     result.findings = sorted(kept, key=lambda f: f.sort_key)
     result.errors.sort(key=lambda e: e.path)
+    result.internal_errors.sort(key=lambda e: (e.path or "", e.code or ""))
     return result, by_path, task_by_path
 
 
-def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[Finding]:
+def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple[list[Finding], list[InternalError]]:
+    """The findings of the cross-file steps, and the steps that failed (a failure costs that
+    rule's cross-file findings only)."""
+    out: list[Finding] = []
+    failed: list[InternalError] = []
+    try:
+        out += _cpp_cross_file(by_path, tasks)
+    except (RecursionError, MemoryError) as exc:
+        failed.append(InternalError(None, "GPU009", f"the project is too large or too deeply nested to follow "
+                                                    f"({type(exc).__name__})"))
+    except Exception as exc:  # noqa: BLE001
+        failed.append(InternalError(None, "GPU009", _describe(exc)))
+    try:
+        out += _python_cross_file(by_path, tasks, failed)
+    except (RecursionError, MemoryError) as exc:
+        failed.append(InternalError(None, None, f"the Python project pass: the project is too large or too deeply "
+                                                f"nested to follow ({type(exc).__name__})"))
+    except Exception as exc:  # noqa: BLE001
+        failed.append(InternalError(None, None, f"the Python project pass: {_describe(exc)}"))
+    return out, failed
+
+
+def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[Finding]:
     out: list[Finding] = []
     summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
     if summaries:
         from gpudoctor.lint import cpprules, pycallers
 
+        facts = {path: fr.cpp_facts for path, fr in by_path.items() if fr.cpp_facts is not None}
+        cpp_paths = [p for p, t in tasks.items() if t.kind == rules.CPP]
+        defines: dict[str, list[str]] = {}
+        for path, fr in by_path.items():
+            for name in fr.cpp_defines:
+                defines.setdefault(name, []).append(path)
+        cpprules.resolve_checks(summaries, facts, cpp_paths, defines=defines)
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
         unprotected = cpprules.resolve_data_ptr(summaries, bound)
         aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}
         if unprotected and aliases:
             # the entry points' own Python callers: read (in the parent) only the Python files
             # that mention a binding's name followed by "(", and only when a read is unprotected
-            pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(aliases)))
-            sources = [src for path, t in sorted(tasks.items()) if t.kind == rules.PYTHON and _mentions(path, pattern)
-                       for src in [_load_python(path)] if src is not None]
+            python_paths = sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON)
+            loaded: dict[str, Any] = {}
+            called_in: dict[str, list[str]] = {}  # a name followed by "(" -> the Python files that have it
+
+            def calling(names) -> list[Any]:
+                """The project's Python files that call one of these names (each file read once
+                for an index of the names it calls, parsed once when needed)."""
+                if not called_in:
+                    for path in python_paths:
+                        try:
+                            with open(path, "rb") as fh:
+                                data = fh.read(MAX_BYTES)
+                        except OSError:
+                            continue
+                        for name in set(_CALLED.findall(data)):
+                            called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
+                out = []
+                for path in sorted({p for n in names for p in called_in.get(n, ())}):
+                    if path not in loaded:
+                        loaded[path] = _load_python(path)
+                    if loaded[path] is not None:
+                        out.append(loaded[path])
+                return out
+
+            sources = calling(aliases)
             try:
-                calls = pycallers.python_calls(sources, aliases) if sources else {}
+                calls = pycallers.python_calls(sources, aliases, calling) if sources else {}
             except RecursionError:  # a file nested too deeply to follow: no evidence from Python
                 calls = {}
             if calls:
@@ -458,6 +616,11 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             f = cpprules.data_ptr_finding(s, i, call)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
+    return out
+
+
+def _python_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], failed: list[InternalError]) -> list[Finding]:
+    out: list[Finding] = []
     facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
     creators = {name for f in facts.values() for name in f.creators}
     if creators:
@@ -475,7 +638,13 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
                 if path in done or not (_mentions(path, called) or (defines is not None and _mentions(path, defines))):
                     continue
                 done.add(path)
-                late_facts = _late_module_facts(path)
+                try:
+                    late_facts = _late_module_facts(path)
+                except (RecursionError, MemoryError):
+                    late_facts = None
+                except Exception as exc:  # noqa: BLE001
+                    failed.append(InternalError(path, "GPU011", _describe(exc)))
+                    late_facts = None
                 if late_facts is not None:
                     facts[path] = by_path[path].facts = late_facts
                     for bases, _, _, builds in late_facts.classes.values():
@@ -516,7 +685,24 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             return suppressed(f, table)
 
         found = {(f.path, f.line, f.col, f.code) for fr in by_path.values() for f in fr.findings}
-        for f in project.resolve(facts, python, is_suppressed, modules, load):
+
+        def resolve(codes: dict[str, tuple[str, ...]]) -> list[Finding]:
+            return project.resolve(facts, codes, is_suppressed, modules, load)
+
+        try:
+            resolved = resolve(python)
+        except (RecursionError, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001 (one rule's project step failed: find which, keep the others)
+            resolved = []
+            for code in sorted({c for cs in python.values() for c in cs}):
+                try:
+                    resolved += resolve({p: (code,) if code in cs else () for p, cs in python.items()})
+                except (RecursionError, MemoryError):
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    failed.append(InternalError(None, code, _describe(exc)))
+        for f in resolved:
             key = (f.path, f.line, f.col, f.code)
             if key not in found:
                 found.add(key)

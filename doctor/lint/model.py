@@ -1,4 +1,5 @@
-"""What `gpudoctor lint` produces: findings with positions and graded fixes, and per-file errors.
+"""What `gpudoctor lint` produces: findings with positions and graded fixes, per-file errors, and
+internal errors (a rule that failed on a file).
 
 Positions are 1-based lines and 1-based columns counted in characters (what editors show).
 A fix is a set of text edits on the file's decoded text, graded like the knowledge base's
@@ -84,10 +85,38 @@ class FileError:
         return {"path": self.path, "message": self.message}
 
 
+@dataclass(frozen=True)
+class InternalError:
+    """A rule that failed on a file (a bug in gpudoctor, not in the file): that rule's findings
+    for that file are missing, everything else was linted. `path` is None for a rule's
+    cross-file step (it failed on the project as a whole); `code` is None when the failure was
+    not inside one rule (every rule's findings for the file are missing)."""
+
+    path: str | None
+    code: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "rule": self.code, "message": self.message}
+
+    def describe(self) -> str:
+        """One line for people: where, which rule, what failed."""
+        where = self.path if self.path is not None else "(the project)"
+        rule = f"{self.code}" if self.code else "every rule"
+        return f"{where}: internal error in {rule}, its findings here are missing: {self.message}"
+
+
+class NotLinted(Exception):
+    """A file that cannot be linted for a reason outside gpudoctor's code (a parser that cannot
+    be loaded, a limit): reported as a file error, never as an internal error."""
+
+
 @dataclass
 class LintResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
+    # rules that failed on a file: reported, and the exit code says so (see gpudoctor.lint.cli)
+    internal_errors: list[InternalError] = field(default_factory=list)
     files_checked: int = 0
     # Filled by --fix / --diff: path -> unified diff (of the fixes applied or available), and
     # how many findings the applied fixes removed.

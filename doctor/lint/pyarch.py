@@ -67,14 +67,16 @@ def arch_flags(src: PySource) -> list[Finding]:
             group = _flag_group(src, node, parents, scope)
             if group is None:
                 continue
-            verdict = archflags.judge(archflags.nvcc_targets(group), "these nvcc flags")
+            verdict = archflags.judge(archflags.nvcc_targets(group), "these nvcc flags",
+                                      archflags.python_branch(src.tree, src.text, node))
             if verdict:
                 verdicts.append((verdict, node))
     # 2. TORCH_CUDA_ARCH_LIST set from Python
     values, unknown = _torch_arch_values(src)
     if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)):
         for tok, node in values:
-            verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST")
+            verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST",
+                                      archflags.python_branch(src.tree, src.text, node))
             if verdict:
                 verdicts.append((verdict, node))
     for verdict, node in verdicts:

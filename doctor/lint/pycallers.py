@@ -1,99 +1,144 @@
-"""GPU009's Python side: the project's own calls of a C++ binding, and which tensors they pass
-dense (allocated in the default contiguous layout). gpudoctor.lint.engine hands in the Python files
-that name a binding; gpudoctor.lint.cpprules decides with the answers (`resolve_data_ptr`).
+"""GPU009's Python side: the project's own calls of a C++ binding, with which arguments are known
+to be dense. gpudoctor.lint.engine hands in the Python files that call a binding's name (and a
+way to get more: a wrapper's callers); gpudoctor.lint.cpprules decides with the answers
+(`resolve_data_ptr`).
 
-A tensor is dense when it is made at the call (`torch.empty`, `torch.zeros`, `.contiguous()`, a
-`*_like` copy asked for `memory_format=torch.contiguous_format`), when it is a dense tensor seen
-through a method that keeps density (`.view()`, `.reshape()`, `.to()`, `.float()`, ...), when it
-is a name, a `d["key"]` entry or an attribute (`register_buffer("w", torch.empty(...))` too) every
-assignment of which in the module is dense, or when it is a parameter of a function every one of
-whose calls in these files passes a dense tensor there (followed MAX_DEPTH callers up).
+A call is a call of the binding only when what it calls is the extension: `_C.fwd(...)` where
+`_C` is imported (`from pkg import _C`, `import ext_cuda`), loaded (`load(...)`,
+`importlib.import_module(...)`) or `torch.ops.ns`; `fwd(...)` imported from such a module;
+`ws.fwd(...)` on an object such a module made (`ws = _C.Workspace(n)`, a pybind11 class). A
+method call on anything else (`x.add(y)` on a tensor) is not a call of the binding `add`, and a
+call of a Python function that the project defines (`def fwd(...)` in a module, or imported from
+one) is a call of that function.
 
-Which calls are the binding's is decided by name resolution, not by the name alone: `ext.add(...)`,
-`_C.add(...)`, `torch.ops.lib.add(...)` on a module (imported, or loaded with
-`cpp_extension.load`) and `add(...)` imported from a module that is not one of these Python files
-are the binding's; a method call on an object (`x.add(y)`) is not, and `add(...)` resolving to a
-Python function of the project (a wrapper of the same name, `def forward`) is that function, whose
-own calls of the binding are followed through its parameters.
+An argument is dense when it is made at the call (`torch.empty`, `torch.zeros`, `.contiguous()`,
+`torch.empty(n).view(a, b)`), or held by a name, a `d["key"]` entry or an attribute (a
+`register_buffer`) that every assignment in the module makes so. A parameter of the function the
+call sits in is followed to that function's own callers (a wrapper, of the same name as the
+binding or not: `def fwd(x): return _C.fwd(x)`), up to three wrappers deep; it is dense when
+every caller found passes a dense tensor there.
+
+Standard library only (`ast`).
 """
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
-from typing import Any
-
-MAX_DEPTH = 3
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
 
 # Calls whose result is a new tensor in the default (contiguous) layout.
-_FRESH = {"empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "cat",
-          "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous"}
+_PY_FRESH = {"empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "cat",
+             "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous"}
 # A copy that keeps the layout of the tensor it comes from (memory_format=torch.preserve_format).
-_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
+_PY_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
 # Methods whose result is dense when the tensor they are called on is.
-_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short", "byte", "bool", "cuda", "cpu",
-          "clone", "view", "reshape", "flatten", "unsqueeze", "squeeze", "detach", "requires_grad_", "fill_", "zero_",
-          "type", "view_as", "reshape_as"}
-# Module-level loaders of an extension: `ext = load(name=..., sources=[...])`.
-_LOADERS = {"load", "load_inline", "import_module", "__import__", "load_library"}
+_PY_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short", "byte", "bool", "cuda", "cpu",
+             "clone", "view", "detach", "requires_grad_", "fill_", "zero_", "type", "reshape", "flatten",
+             "unsqueeze", "squeeze", "view_as", "reshape_as", "normal_", "uniform_", "copy_", "mul_", "add_"}
+# Modules that are never a project's extension: their functions are not its bindings.
+_LIBRARIES = {"torch", "numpy", "np", "scipy", "triton", "einops", "jax", "tensorflow", "transformers", "diffusers",
+              "xformers", "flash_attn", "apex", "deepspeed", "accelerate", "safetensors", "cupy", "numba",
+              "F", "nn"} | set(getattr(sys, "stdlib_module_names", ()))
+_LOADERS = {"load", "load_inline", "import_module", "CUDAExtension"}
+_MAX_WRAPPERS = 3
+_MAX_FOLLOWED = 256  # functions whose callers are looked up, per run
+
+
+@dataclass
+class Arg:
+    """One argument of a call: dense or not, its text, and where the value that decides was
+    passed when that is another call (a wrapper's caller)."""
+
+    fresh: bool
+    shown: str
+    path: str | None = None
+    line: int = 0
 
 
 @dataclass
 class PyCall:
-    """One call of a binding in the project's Python code, with which arguments are known to be
-    dense (see the module's docstring)."""
+    """One call of a binding in the project's Python code."""
+
     path: str
     line: int
-    positional: list[tuple[bool, str]]
-    keywords: dict[str, tuple[bool, str]]
+    positional: list[Arg]
+    keywords: dict[str, Arg]
     starred: bool
 
     def arity_fits(self, params: list[str]) -> bool:
         return not self.starred and len(self.positional) + len(self.keywords) <= len(params) and \
             all(k in params[len(self.positional):] for k in self.keywords)
 
-    def _arg(self, i: int, name: str) -> tuple[bool, str] | None:
+    def _arg(self, i: int, name: str) -> Arg | None:
         if i < len(self.positional):
             return self.positional[i]
         return self.keywords.get(name)
 
     def fresh_at(self, i: int, name: str) -> bool:
         arg = self._arg(i, name)
-        return arg is None or arg[0]  # left out: a default value (pybind11 py::arg("x") = ...)
+        return arg is None or arg.fresh  # left out: a default value (pybind11 py::arg("x") = ...)
 
     def shown_at(self, i: int, name: str) -> str:
         arg = self._arg(i, name)
-        return arg[1] if arg else name
+        return arg.shown if arg else name
 
-
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    def where_at(self, i: int, name: str) -> tuple[str, int]:
+        """The call that passes what decides argument i: this one, or a wrapper's caller."""
+        arg = self._arg(i, name)
+        if arg is not None and arg.path is not None:
+            return arg.path, arg.line
+        return self.path, self.line
 
 
 class _Module:
-    """What one Python module assigns, for the freshness of a name, a dict entry or an attribute,
-    and its functions, for the freshness of their parameters (from their callers: `project`)."""
+    """What one Python module binds: assignments (for the freshness of a name, a dict entry or an
+    attribute), imports, and its module-level functions."""
 
-    def __init__(self, src: Any, project: "_Calls") -> None:
-        self.src, self.tree, self.project = src, src.tree, project
-        self.globals: dict[str, list[ast.expr]] = {}
+    def __init__(self, src):
+        self.src = src
+        tree = src.tree
+        self.tree = tree
+        self.globals: dict[str, list[ast.AST]] = {}
         self.keys: dict[str, list[ast.expr]] = {}
         self.attrs: dict[str, list[ast.expr]] = {}
-        self.locals: dict[ast.AST, dict[str, list[ast.expr]]] = {}
+        self.locals: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         self.params: dict[ast.AST, list[str]] = {}
-        self.scope_of: dict[int, ast.AST] = {}
-        self._walk(self.tree, self.tree)
+        self.imports: dict[str, tuple[str, str | None]] = {}  # name -> (module, attribute or None)
+        self.functions: dict[str, ast.AST] = {}  # module-level defs
+        self.defined: set[str] = set()  # every def / class name anywhere in the module
+        self.calls: dict[str, list[_Site]] | None = None  # callee name -> its call sites (`_calls`)
+        for st in tree.body:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions[st.name] = st
+        self._walk(tree, tree)
 
     def _walk(self, node: ast.AST, scope: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, _FUNCS):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defined.add(child.name)
+                if not isinstance(node, ast.ClassDef):  # a method binds no name in its scope
+                    self._bind(child.name, child, scope)
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 a = child.args
                 self.params[child] = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + \
                     [x.arg for x in (a.vararg, a.kwarg) if x is not None]
                 self.locals[child] = {}
                 self._walk(child, child)
                 continue
-            if isinstance(child, ast.Call):
-                self.scope_of[id(child)] = scope
-            if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and child.value is not None:
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for alias in child.names:
+                    if isinstance(child, ast.Import):
+                        local = alias.asname or alias.name.split(".")[0]
+                        target = alias.name if alias.asname else alias.name.split(".")[0]
+                        entry = (target, None)
+                    else:
+                        local = alias.asname or alias.name
+                        entry = ("." * child.level + (child.module or ""), alias.name)
+                    if scope is self.tree:
+                        self.imports[local] = entry
+                    self._bind(local, child, scope)
+            elif isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and child.value is not None:
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
                 value = child.value if not isinstance(child, ast.AugAssign) else child  # x += y: not fresh
                 for t in targets:
@@ -117,7 +162,7 @@ class _Module:
 
     def _bind(self, name: str, value: ast.AST, scope: ast.AST) -> None:
         table = self.globals if scope is self.tree else self.locals[scope]
-        table.setdefault(name, []).append(value)  # type: ignore[arg-type]
+        table.setdefault(name, []).append(value)
 
     def _assign(self, target: ast.expr, value: ast.AST, scope: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -131,11 +176,57 @@ class _Module:
             for elt in target.elts:
                 self._assign(elt, target, scope)  # unpacked: unknown
 
-    def fresh(self, e: ast.AST, scope: ast.AST, seen: frozenset = frozenset(), depth: int = 0) -> bool:
+    # --- what a name is ---------------------------------------------------------------------
+
+    def bindings(self, name: str, scope: ast.AST) -> tuple[list[ast.AST], ast.AST, bool]:
+        """(the values bound to `name` as seen from `scope`, the scope they are bound in, whether
+        it is a parameter there)."""
+        table = self.locals.get(scope, {})
+        if name in table or name in self.params.get(scope, ()):
+            return table.get(name, []), scope, name in self.params.get(scope, ())
+        return self.globals.get(name, []), self.tree, False
+
+    def is_module(self, e: ast.AST, scope: ast.AST, seen: frozenset = frozenset()) -> bool:
+        """Whether `e` names an extension module: imported (not a library), loaded, torch.ops.X."""
+        if isinstance(e, ast.Attribute):
+            chain = _dotted(e)
+            if chain is not None and (chain.startswith("torch.ops.") or chain == "torch.ops"):
+                return True
+            if isinstance(e.value, ast.Name) and e.value.id in ("self", "cls"):
+                values = self.attrs.get(e.attr, [])
+                return bool(values) and all(self._module_value(v, scope, seen) for v in values)
+            return self.is_module(e.value, scope, seen)  # pkg._C: a submodule of an imported package
+        if isinstance(e, ast.Name):
+            if e.id in seen:
+                return False
+            values, where, param = self.bindings(e.id, scope)
+            if param or not values:
+                return False
+            return all(self._module_value(v, where, seen | {e.id}) for v in values)
+        return False
+
+    def _module_value(self, v: ast.AST, scope: ast.AST, seen: frozenset) -> bool:
+        if isinstance(v, ast.Import):
+            return not any(a.name.split(".")[0] in _LIBRARIES for a in v.names)
+        if isinstance(v, ast.ImportFrom):
+            root = (v.module or "").split(".")[0]
+            return v.level > 0 or root not in _LIBRARIES
+        if isinstance(v, ast.Call):
+            if _call_name(v) in _LOADERS:
+                return True
+            # an object the extension makes (`ext.Workspace(n)`): its methods are bound too
+            return isinstance(v.func, ast.Attribute) and self.is_module(v.func.value, scope, seen)
+        if isinstance(v, (ast.Name, ast.Attribute)):
+            return self.is_module(v, scope, seen)
+        return False
+
+    # --- dense values ---------------------------------------------------------------------------
+
+    def fresh(self, e: ast.AST, scope: ast.AST, seen: frozenset = frozenset()) -> bool:
         if isinstance(e, ast.Constant):
             return e.value is None
         if isinstance(e, ast.IfExp):
-            return self.fresh(e.body, scope, seen, depth) and self.fresh(e.orelse, scope, seen, depth)
+            return self.fresh(e.body, scope, seen) and self.fresh(e.orelse, scope, seen)
         if isinstance(e, ast.Call):
             f = e.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
@@ -143,27 +234,22 @@ class _Module:
             layout = keywords.get("memory_format")
             if layout is not None and not (isinstance(layout, ast.Attribute) and layout.attr == "contiguous_format"):
                 return False  # channels_last, preserve_format
-            if name in _FRESH:
+            if name in _PY_FRESH:
                 return True
-            if name in _LIKE:
-                return layout is not None or (bool(e.args) and self.fresh(e.args[0], scope, seen, depth))
-            if name in _KEEPS and isinstance(f, ast.Attribute):
-                return self.fresh(f.value, scope, seen, depth)
+            if name in _PY_LIKE:
+                return layout is not None or (bool(e.args) and self.fresh(e.args[0], scope, seen))
+            if name in _PY_KEEPS and isinstance(f, ast.Attribute):
+                return self.fresh(f.value, scope, seen)
             return False
-        key = None
         if isinstance(e, ast.Name):
-            key = ("name", e.id, id(scope))
-            if key in seen:
-                return False
-            table = self.locals.get(scope, {})
-            if e.id in table:
-                values = table[e.id]
-            elif e.id in self.params.get(scope, ()):
-                # whatever the callers pass: dense only if every call of the function does
-                return self.project.param_fresh(self, scope, e.id, depth)
-            else:
-                values = self.globals.get(e.id, [])
-                scope = self.tree
+            key: tuple = ("name", e.id, id(scope))
+            values, where, param = self.bindings(e.id, scope)
+            if param:
+                if not values:
+                    return False  # whatever the caller passes (followed by `python_calls`, not here)
+                if key in seen:
+                    return False  # `x = x.view(...)` of a parameter: what the caller passed
+                return all(isinstance(v, ast.expr) and self.fresh(v, where, seen | {key}) for v in values)
         elif isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             key = ("key", e.slice.value)
             values = self.keys.get(e.slice.value, [])
@@ -172,143 +258,247 @@ class _Module:
             values = self.attrs.get(e.attr, [])
         else:
             return False
-        if key in seen or not values:
+        if key in seen:
+            return True  # `x = x.view(...)`: the other assignments decide
+        if not values:
             return False
         seen = seen | {key}
-        return all(isinstance(v, ast.expr) and self.fresh(v, scope if key[0] == "name" else self._scope(v), seen, depth)
+        return all(isinstance(v, ast.expr) and self.fresh(v, where if key[0] == "name" else self.scope_of(v), seen)
                    for v in values)
 
-    def _scope(self, node: ast.AST) -> ast.AST:
+    def scope_of(self, node: ast.AST) -> ast.AST:
         best: ast.AST = self.tree
         for fn in self.locals:
             if fn.lineno <= node.lineno <= (fn.end_lineno or fn.lineno) and \
-                    (best is self.tree or fn.lineno >= best.lineno):  # type: ignore[attr-defined]
+                    (best is self.tree or best.lineno <= fn.lineno):  # type: ignore[attr-defined]
                 best = fn
         return best
 
-
-class _Calls:
-    """The Python files that name a binding: which calls are the binding's, and the callers of the
-    project's own functions (for the freshness of their parameters)."""
-
-    def __init__(self, sources: list) -> None:
-        self.sources = sources
-        self.modules = {src.path: _Module(src, self) for src in sources}
-        self.by_module = {src.module: src for src in sources if getattr(src, "module", None)}
-        self._param: dict[tuple[int, str], bool] = {}
-
-    def python_def(self, src: Any, func: ast.expr) -> tuple[Any, ast.AST] | None:
-        """The project's Python function a call names, if it names one of these files' functions."""
-        if isinstance(func, ast.Name):
-            local = _toplevel(src, func.id)
-            if local is not None and func.id not in src.imports and func.id not in src.relative:
-                return src, local
-            q = src.qualify(func.id)
-        elif isinstance(func, ast.Attribute):
-            q = src.qualname(func)
-        else:
+    def param_of(self, e: ast.AST, scope: ast.AST) -> tuple[ast.AST, int, str] | None:
+        """(function, position, name) when `e` is a parameter of the module-level function the
+        expression sits in, never rebound there."""
+        if not isinstance(e, ast.Name) or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        if not q or "." not in q:
+        if self.functions.get(scope.name) is not scope:
             return None
-        module, _, name = q.rpartition(".")
-        owner = self.by_module.get(module)
-        fn = _toplevel(owner, name) if owner is not None else None
-        return (owner, fn) if fn is not None else None
-
-    def is_binding(self, src: Any, call: ast.Call, name: str) -> bool:
-        func = call.func
-        if self.python_def(src, func) is not None:
-            return False  # a Python function of the project (a wrapper of the same name)
-        if isinstance(func, ast.Name):
-            return True
-        if not isinstance(func, ast.Attribute) or isinstance(func.value, ast.Call):
-            return False
-        root = func.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        if not isinstance(root, ast.Name) or root.id in ("self", "cls"):
-            return False
-        if root.id in src.imports or root.id in src.relative or root.id == "torch":
-            return True  # ext.add(...), _C.add(...), torch.ops.lib.add(...)
-        module = self.modules[src.path]
-        loaded = module.globals.get(root.id, [])
-        return bool(loaded) and all(isinstance(v, ast.Call) and _called(v) in _LOADERS for v in loaded)
-
-    def param_fresh(self, module: _Module, fn: ast.AST, param: str, depth: int) -> bool:
-        """A parameter every call of its function in these files passes dense (at least one)."""
-        key = (id(fn), param)
-        if key in self._param:
-            return self._param[key]
-        self._param[key] = False  # a cycle proves nothing
-        if depth >= MAX_DEPTH or isinstance(fn, ast.Lambda):
-            return False
-        params = module.params.get(fn, [])
-        owner = next((c for c in module.src.classes if fn in c.body), None)
-        slot = params.index(param)
-        if owner is not None and params and params[0] in ("self", "cls"):
-            slot -= 1
-        calls = list(self._calls_of(module, fn, owner))
-        result = bool(calls)
-        for caller_module, call in calls:
-            arg = call.args[slot] if 0 <= slot < len(call.args) else \
-                next((k.value for k in call.keywords if k.arg == param), None)
-            if arg is None or any(isinstance(a, ast.Starred) for a in call.args) or \
-                    not caller_module.fresh(arg, caller_module.scope_of.get(id(call), caller_module.tree), depth=depth + 1):
-                result = False
-                break
-        self._param[key] = result
-        return result
-
-    def _calls_of(self, module: _Module, fn: ast.AST, owner: ast.ClassDef | None):
-        name = fn.name  # type: ignore[attr-defined]
-        for src in self.sources:
-            m = self.modules[src.path]
-            for node in ast.walk(src.tree):
-                if not isinstance(node, ast.Call):
-                    continue
-                f = node.func
-                if owner is not None:
-                    if src is module.src and isinstance(f, ast.Attribute) and f.attr == name and \
-                            isinstance(f.value, ast.Name) and f.value.id == "self":
-                        yield m, node
-                elif (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
-                    hit = self.python_def(src, f)
-                    if hit is not None and hit[1] is fn:
-                        yield m, node
+        params = self.params.get(scope, [])
+        if e.id not in params or self.locals.get(scope, {}).get(e.id):
+            return None
+        return scope, params.index(e.id), e.id
 
 
-def _toplevel(src: Any, name: str) -> ast.AST | None:
-    return next((f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name),
-                None)
+def _dotted(e: ast.AST) -> str | None:
+    parts = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if isinstance(e, ast.Name):
+        parts.append(e.id)
+        return ".".join(reversed(parts))
+    return None
 
 
-def _called(call: ast.Call) -> str:
+def _call_name(call: ast.Call) -> str:
     f = call.func
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
-def python_calls(sources: list, names: dict[str, str]) -> dict[str, list[PyCall]]:
+@dataclass
+class _Site:
+    call: ast.Call
+    module: _Module
+    scope: ast.AST
+
+
+@dataclass
+class _Project:
+    modules: list[_Module] = field(default_factory=list)
+    by_name: dict[str, list[_Module]] = field(default_factory=dict)  # last part of the module name -> modules
+
+
+def _calls(module: _Module, names: set[str]) -> list[tuple[str, _Site]]:
+    """(name called, site) for each call in the module whose callee is spelt with one of these
+    names (the module's calls are indexed by name on first use)."""
+    if module.calls is None:
+        index: dict[str, list[_Site]] = {}
+        stack: list[tuple[ast.AST, ast.AST]] = [(module.tree, module.tree)]
+        while stack:
+            node, scope = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
+                stack.append((child, inner))
+                if isinstance(child, ast.Call):
+                    name = _call_name(child)
+                    if name:
+                        index.setdefault(name, []).append(_Site(child, module, scope))
+        module.calls = index
+    found = [(name, site) for name in names for site in module.calls.get(name, ())]
+    found.sort(key=lambda x: (x[1].call.lineno, x[1].call.col_offset))
+    return found
+
+
+def _is_binding_call(site: _Site, project: _Project) -> bool:
+    """The call reaches the extension (see the module docstring), not a Python function or a
+    method of an object."""
+    f = site.call.func
+    m = site.module
+    if isinstance(f, ast.Attribute):
+        return m.is_module(f.value, site.scope)
+    if isinstance(f, ast.Name):
+        values, _, param = m.bindings(f.id, site.scope)
+        if param:
+            return False
+        if not values:
+            return f.id not in m.defined  # a star import or a name bound elsewhere: taken as the binding
+        # imported from the extension (another binding of the name, such as the fallback that
+        # `except ImportError: q4_matmul = error_raiser` assigns, does not change which is called
+        # when the extension is there); a def, a class or an assignment alone is a Python callable
+        for v in values:
+            if isinstance(v, ast.ImportFrom):
+                root = (v.module or "").split(".")[0]
+                if (v.level > 0 or root not in _LIBRARIES) and not _defines_function(project, v, f.id):
+                    return True
+        return False
+    return False
+
+
+def _defines_function(project: _Project, imp: ast.ImportFrom, name: str) -> bool:
+    module = (imp.module or "").rsplit(".", 1)[-1]
+    original = next((a.name for a in imp.names if (a.asname or a.name) == name), name)
+    return any(original in m.functions for m in project.by_name.get(module, []))
+
+
+def _is_call_of_function(site: _Site, fn: ast.AST, owner: _Module, project: _Project) -> bool:
+    """Whether a call spelt with `fn`'s name calls that module-level function."""
+    f = site.call.func
+    name = fn.name  # type: ignore[attr-defined]
+    m = site.module
+    owner_name = (owner.src.module or "").rsplit(".", 1)[-1]
+    if isinstance(f, ast.Name):
+        values, _, param = m.bindings(f.id, site.scope)
+        if param:
+            return False
+        if m is owner:
+            return any(v is fn for v in values)
+        return any(isinstance(v, ast.ImportFrom) and (v.module or "").rsplit(".", 1)[-1] == owner_name and
+                   any(a.name == name for a in v.names) for v in values)
+    if isinstance(f, ast.Attribute):
+        chain = _dotted(f.value)
+        if chain is None or m is owner:
+            return False
+        values, _, _ = m.bindings(chain.split(".")[0], site.scope)
+        return chain.rsplit(".", 1)[-1] == owner_name and any(isinstance(v, (ast.Import, ast.ImportFrom)) for v in values)
+    return False
+
+
+class _Follower:
+    """Arguments of a call, with parameters followed to the callers of the function they belong to."""
+
+    def __init__(self, project: _Project, more: Callable[[set[str]], list] | None):
+        self.project = project
+        self.more = more
+        self.asked: set[str] = set()
+        self.callers: dict[int, list[_Site]] = {}
+
+    def _callers(self, fn: ast.AST, owner: _Module) -> list[_Site] | None:
+        """The project's calls of a module-level function; None past `_MAX_FOLLOWED` functions
+        (a project that large is not followed further: its tensors stay unknown)."""
+        key = id(fn)
+        if key not in self.callers and len(self.callers) >= _MAX_FOLLOWED:
+            return None
+        if key not in self.callers:
+            name = fn.name  # type: ignore[attr-defined]
+            if self.more is not None and name not in self.asked:
+                self.asked.add(name)
+                for src in self.more({name}):
+                    _add_module(self.project, src)
+            sites = []
+            for m in self.project.modules:
+                for _, site in _calls(m, {name}):
+                    if _is_call_of_function(site, fn, owner, self.project):
+                        sites.append(site)
+            self.callers[key] = sites
+        return self.callers[key]
+
+    def arg(self, e: ast.expr, site: _Site, depth: int = 0) -> Arg:
+        m = site.module
+        shown = ast.get_source_segment(m.src.text, e) or ast.dump(e)[:40]
+        if m.fresh(e, site.scope):
+            return Arg(True, shown)
+        param = m.param_of(e, site.scope)
+        if param is None or depth >= _MAX_WRAPPERS:
+            return Arg(False, shown)
+        fn, position, name = param
+        callers = self._callers(fn, m)
+        if not callers:  # none found, or too many functions followed already
+            return Arg(False, shown)
+        defaults = _defaults(fn)
+        for caller in callers:
+            passed = _passed(caller.call, position, name)
+            if passed is None:
+                if name in defaults and m.fresh(defaults[name], m.tree):
+                    continue
+                return Arg(False, shown, caller.module.src.path, caller.call.lineno)
+            if passed is _STARRED:
+                return Arg(False, shown, caller.module.src.path, caller.call.lineno)
+            inner = self.arg(passed, caller, depth + 1)
+            if not inner.fresh:
+                return Arg(False, inner.shown, inner.path or caller.module.src.path, inner.line or caller.call.lineno)
+        return Arg(True, shown)
+
+
+_STARRED = ast.Constant(value=None)
+
+
+def _passed(call: ast.Call, position: int, name: str) -> ast.expr | None:
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            return _STARRED
+        if i == position:
+            return a
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+        if k.arg is None:
+            return _STARRED
+    return None
+
+
+def _defaults(fn: ast.AST) -> dict[str, ast.expr]:
+    a = fn.args  # type: ignore[attr-defined]
+    positional = a.posonlyargs + a.args
+    out = {p.arg: d for p, d in zip(positional[len(positional) - len(a.defaults):], a.defaults)}
+    out.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    return out
+
+
+def _add_module(project: _Project, src) -> None:
+    if any(m.src.path == src.path for m in project.modules):
+        return
+    m = _Module(src)
+    project.modules.append(m)
+    last = (src.module or "").rsplit(".", 1)[-1]
+    project.by_name.setdefault(last, []).append(m)
+
+
+def python_calls(sources: list, names: dict[str, str],
+                 more: Callable[[set[str]], list] | None = None) -> dict[str, list[PyCall]]:
     """C++ name -> the calls of its binding in these Python files (PySource objects that mention
-    it). `names`: Python-visible name -> C++ name."""
-    out: dict[str, list[PyCall]] = {}
-    if not names or not sources:
-        return out
-    calls = _Calls(sources)
+    it). `names`: Python-visible name -> C++ name. `more(names)`: further PySources of the
+    project that call one of these names (a wrapper's callers), or None to look at `sources`
+    only."""
+    project = _Project()
     for src in sources:
-        module = calls.modules[src.path]
-        for node in ast.walk(src.tree):
-            if not isinstance(node, ast.Call):
+        _add_module(project, src)
+    follower = _Follower(project, more)
+    out: dict[str, list[PyCall]] = {}
+    for m in list(project.modules):
+        for py, site in _calls(m, set(names)):
+            if not _is_binding_call(site, project):
                 continue
-            py = _called(node)
-            if py not in names or not calls.is_binding(src, node, py):
-                continue
-            scope = module.scope_of.get(id(node), module.tree)
-
-            def arg(e: ast.expr, scope=scope, src=src) -> tuple[bool, str]:
-                return module.fresh(e, scope), ast.get_source_segment(src.text, e) or ast.dump(e)[:40]
-
-            out.setdefault(names[py], []).append(PyCall(
-                src.path, node.lineno, [arg(a) for a in node.args if not isinstance(a, ast.Starred)],
-                {k.arg: arg(k.value) for k in node.keywords if k.arg},
-                any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)))
+            call = site.call
+            positional = [follower.arg(a, site) for a in call.args if not isinstance(a, ast.Starred)]
+            keywords = {k.arg: follower.arg(k.value, site) for k in call.keywords if k.arg}
+            starred = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+            out.setdefault(names[py], []).append(PyCall(m.src.path, call.lineno, positional, keywords, starred))
     return out

@@ -11,13 +11,15 @@
 Paths and messages quote the linted files (source snippets, file names), so the text, Markdown
 and GitHub forms pass them through safetext; JSON and SARIF escape by themselves.
 
-JSON (schema_version 1.0):
+JSON (schema_version 1.1; 1.1 added `internal_errors`):
 
-    {"schema_version": "1.0",
+    {"schema_version": "1.1",
      "findings": [{"path", "line", "col", "end_line", "end_col", "code", "kb_id", "message",
                    "fix": {"applicability": "safe" | "unsafe" | "display-only",
                            "description", "diff": unified diff of this finding's edits | null}}],
      "errors": [{"path", "message"}],
+     "internal_errors": [{"path": a file | null (a cross-file step), "rule": a code | null (every
+                          rule of the file), "message"}],
      "files_checked": N, "fixed": N}
 
 SARIF: one run whose tool.driver lists every rule (id, name, short and full description, help in
@@ -28,7 +30,8 @@ findings do. `partialFingerprints.primaryLocationLineHash` (the one key GitHub r
 rule, the path and the reported line's text without whitespace, plus the occurrence of that key in
 the file: an alert keeps its identity when lines above it move. Safe and unsafe fixes travel as
 SARIF fixes (character offsets); files that could not be linted are tool notifications and make
-the invocation unsuccessful.
+the invocation unsuccessful; so do internal errors (a rule that failed on a file), which carry
+the rule as the notification's `associatedRule`.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from gpudoctor.lint import rules
 from gpudoctor.lint.model import DISPLAY_ONLY, Finding, LintResult
 from gpudoctor.safetext import visible
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
 
@@ -77,6 +80,7 @@ def json_(result: LintResult, context: Context | None = None) -> str:
         "schema_version": SCHEMA_VERSION,
         "findings": [f.to_dict(diffs.get(i)) for i, f in enumerate(result.findings)],
         "errors": [e.to_dict() for e in result.errors],
+        "internal_errors": [e.to_dict() for e in result.internal_errors],
         "files_checked": result.files_checked,
         "fixed": result.fixed,
     }
@@ -97,6 +101,10 @@ def markdown(result: LintResult, context: Context | None = None) -> str:
     if result.errors:
         out += ["", "Files not linted:", ""]
         out += [f"- {code_span(e.path)}: {text(e.message)}" for e in result.errors]
+    if result.internal_errors:
+        out += ["", "Internal errors (gpudoctor bugs; these rules' findings are missing there):", ""]
+        out += [f"- {code_span(e.path) if e.path is not None else 'the project'}: {code_span(e.code or 'every rule')}: "
+                f"{text(e.message)}" for e in result.internal_errors]
     return "\n".join(out) + "\n"
 
 
@@ -202,6 +210,14 @@ def sarif(result: LintResult, context: Context | None = None) -> str:
     notifications = [{"level": "error", "message": {"text": e.message},
                       "locations": [{"physicalLocation": {"artifactLocation": _artifact(e.path, context.root)}}]}
                      for e in result.errors]
+    for ie in result.internal_errors:
+        note: dict = {"level": "error", "message": {"text": ie.describe()},
+                      "properties": {"internal_error": True}}
+        if ie.path is not None:
+            note["locations"] = [{"physicalLocation": {"artifactLocation": _artifact(ie.path, context.root)}}]
+        if ie.code is not None:
+            note["associatedRule"] = {"id": ie.code, "index": index[ie.code]}
+        notifications.append(note)
     run = {
         "tool": {"driver": {
             "name": "gpudoctor",
@@ -213,7 +229,7 @@ def sarif(result: LintResult, context: Context | None = None) -> str:
         "automationDetails": {"id": "gpudoctor-lint/"},
         "originalUriBaseIds": {SRCROOT: {"uri": _file_uri(context.root, folder=True),
                                          "description": {"text": "The folder gpudoctor lint ran in."}}},
-        "invocations": [{"executionSuccessful": not result.errors,
+        "invocations": [{"executionSuccessful": not result.errors and not result.internal_errors,
                          "workingDirectory": {"uri": _file_uri(context.root, folder=True)},
                          "toolExecutionNotifications": notifications}],
         "columnKind": "unicodeCodePoints",
@@ -256,6 +272,10 @@ def github(result: LintResult, context: Context | None = None) -> str:
     for e in result.errors:
         out.append(f"::error file={where(e.path)},title={_escape_property('gpudoctor lint: not linted')}::"
                    f"{_escape_data(visible(e.message))}")
+    for ie in result.internal_errors:
+        place = f"file={where(ie.path)}," if ie.path is not None else ""
+        out.append(f"::error {place}title={_escape_property('gpudoctor lint: internal error')}::"
+                   f"{_escape_data(visible(ie.describe()))}")
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -291,4 +311,7 @@ def summary(result: LintResult, unsafe: bool) -> str:
     parts.append(f"{result.files_checked} file{'s' * (result.files_checked != 1)} checked")
     if result.errors:
         parts.append(f"{len(result.errors)} could not be linted")
+    if result.internal_errors:
+        n = len(result.internal_errors)
+        parts.append(f"{n} internal error{'s' * (n != 1)} (findings missing, see above)")
     return "gpudoctor lint: " + "; ".join(parts)

@@ -427,15 +427,15 @@ RULES: tuple[Rule, ...] = (
         # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
         pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\("),),
         what=(
-            "In C++/CUDA extension code (a file that includes torch headers, defines PYBIND11_MODULE / "
-            "TORCH_LIBRARY, or launches kernels with ATen), a function reads x.data_ptr() / "
-            "x.data_ptr<T>() / x.data<T>() / mutable_data_ptr / const_data_ptr of a Tensor parameter x "
-            "that is nowhere checked (x.is_contiguous(), CHECK_CONTIGUOUS(x), CHECK_INPUT(x), macros "
-            "defined in the file that check contiguity), made contiguous (x = x.contiguous()) or read "
-            "with its strides; a device or dtype check is not a contiguity check. A function whose every "
-            "caller in the linted files passes checked or contiguous tensors is fine; the files that "
-            "register the bindings (TORCH_LIBRARY, PYBIND11_MODULE) are read to find the entry points, "
-            "and the project's Python calls of a binding count as callers; a call passing a tensor "
+            "In C++/CUDA extension code (it includes torch headers, binds with PYBIND11_MODULE / "
+            "TORCH_LIBRARY, or launches kernels on ATen tensors), a function or bound lambda reads "
+            "x.data_ptr() / data_ptr<T>() / data<T>() / mutable_ / const_data_ptr of a Tensor parameter "
+            "x nowhere checked (x.is_contiguous(), or a macro or helper whose body checks it: "
+            "CHECK_INPUT is read where the file or its project headers define it), made contiguous or "
+            "read with its strides; a device or dtype check is not a contiguity check. A function "
+            "whose every caller passes checked or contiguous tensors is fine: the bindings "
+            "(TORCH_LIBRARY_IMPL, PYBIND11_MODULE) name the entry points, and the project's Python "
+            "calls of a binding (through its Python wrappers) are callers; a call passing a tensor "
             "not known to be dense is named. "
             "One finding per function and tensor, at its first read (the reads in the other launch "
             "branches are the same fix)."
@@ -454,8 +454,9 @@ RULES: tuple[Rule, ...] = (
             "function (torch::empty), of tensors a same-layout helper of the file compares with a checked "
             "one (TORCH_CHECK(has_same_layout(dy, x))), pointer comparisons and alignment checks inside "
             "TORCH_CHECK, and functions whose callers check or whose every Python call passes "
-            "torch.empty / torch.zeros / .contiguous() tensors, do not fire. A sizes comparison "
-            "(dy.sizes() == x.sizes()) is not a layout check."
+            "torch.empty / torch.zeros / .contiguous() tensors (or a .view() of one, or a registered "
+            "buffer made so), do not fire; x.add(...) on a tensor is not a call of a binding named add. "
+            "A sizes comparison (dy.sizes() == x.sizes()) is not a layout check."
         ),
     ),
     Rule(

@@ -44,10 +44,29 @@ PLATFORM_TEXTS = [
      "&alpha, a, lda, b, ldb, &beta, c, ldc)`", "zluda", None),
     # pytorch/pytorch#190972: Intel XPU through Level Zero
     ("RuntimeError: level_zero backend failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)", "xpu", None),
-    # etched-ai/open-oasis#27: ROCm without code for the card (fixed with HSA_OVERRIDE_GFX_VERSION)
+    # etched-ai/open-oasis#27: ROCm without code for the card (fixed with HSA_OVERRIDE_GFX_VERSION): the
+    # ROCm platform's steps say so; no-kernel-image's sm_XX advice is NVIDIA's (context only)
     ("RuntimeError: HIP error: invalid device function\nHIP kernel errors might be asynchronously reported at some "
      "other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
-     "AMD_SERIALIZE_KERNEL=3", "rocm", "no-kernel-image"),
+     "AMD_SERIALIZE_KERNEL=3", "rocm", None),
+    # likelovewant/ROCmLibs-for-gfx1103-AMD780M-APU#37 (a gfx1150 APU with an override)
+    (":0:rocdevice.cpp            :3018: 128688649210d us:  Callback: Queue 0x7f7f4d000000 aborting with error : "
+     "HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid. code: 0x100f", "rocm", None),
+    # pinokiofactory/flux-webui#25: ROCm's allocator is CUDA's, so the out-of-memory entry applies there
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 80.00 MiB. GPU 0 has a total capacity of 15.98 "
+     "GiB of which 84.00 MiB is free. Of the allocated memory 15.44 GiB is allocated by PyTorch, and 267.59 MiB is "
+     "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+     "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.", "rocm", "cuda-oom"),
+    # datalab-to/surya#254: Apple MPS out of memory with an attention line above it: not attention-oom
+    (" attn_output = torch.nn.functional.scaled_dot_product_attention(\nRuntimeError: MPS backend out of memory "
+     "(MPS allocated: 7.23 GB, other allocations: 1.54 GB, max allowed: 9.07 GB). Tried to allocate 896.00 MB on "
+     "private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+     "cause system failure).", "mps", None),
+    # facebookresearch/xformers#1324: xformers' warning on an Intel XPU torch (no xformers build exists there)
+    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+     "    PyTorch 2.8.0+cu128 with CUDA 1208 (you have 2.8.0+xpu)\n    Python  3.9.13 (you have 3.13.7)", "xpu", None),
+    # ROCm/TheRock#1054's torch names its ROCm build in its version
+    ("torch 2.7.0a0+rocm6.4 on gfx1151: RuntimeError: HIP error: invalid device function", "rocm", None),
     # the NPU caching allocator is CUDA's: the out-of-memory entry applies, with the NPU's own tools
     ("RuntimeError: NPU out of memory. Tried to allocate 5.03 GiB (NPU 3; 60.97 GiB total capacity; 53.20 GiB "
      "already allocated; 53.20 GiB current active; 1.36 GiB free; 58.57 GiB reserved in total by PyTorch)",
@@ -91,17 +110,30 @@ def test_an_mps_out_of_memory_gets_the_mps_advice_not_cudas():
 
 
 def test_a_platform_beside_an_entry_that_applies_there_accompanies_it():
-    text = PLATFORM_TEXTS[3][0]
+    text = next(t for t, p, e in PLATFORM_TEXTS if (p, e) == ("rocm", "cuda-oom"))
     r = invoke("explain", text)
     assert r.exit_code == 0
-    assert r.stdout.splitlines()[0] == "no-kernel-image"
+    assert r.stdout.splitlines()[0] == "cuda-oom"
     assert "Platform: AMD ROCm (HIP)" in r.stdout and "On AMD ROCm (HIP)" in r.stdout
     assert "HIP_LAUNCH_BLOCKING" in r.stdout and "HSA_OVERRIDE_GFX_VERSION" in r.stdout
     data = json.loads(invoke("explain", "--format", "json", text).stdout)
     assert data["verdict"]["kind"] == "entry" and data["verdict"]["platform"] == "rocm"
     assert data["platform"]["cuda_entries_apply"] is True
-    async_match = next(m for m in data["matches"] if m["id"] == "async-error-reporting")
-    assert async_match["not_on_platform"] == "rocm"
+
+
+def test_rocm_without_code_for_the_gpu_is_rocms_verdict_with_no_kernel_image_beside_it():
+    """`HIP error: invalid device function`: the ROCm platform answers (its steps name the gfx target,
+    the ROCm wheel index and HSA_OVERRIDE_GFX_VERSION); no-kernel-image, whose fix is NVIDIA's sm_XX
+    and TORCH_CUDA_ARCH_LIST, is named as context that does not apply there."""
+    text = PLATFORM_TEXTS[3][0]
+    r = invoke("explain", text)
+    assert r.exit_code == 1
+    assert r.stdout.splitlines()[0] == "Not NVIDIA CUDA: AMD ROCm (HIP)"
+    assert "HSA_OVERRIDE_GFX_VERSION" in r.stdout and "TORCH_CUDA_ARCH_LIST" not in r.stdout
+    data = json.loads(invoke("explain", "--format", "json", text).stdout)
+    assert data["verdict"]["kind"] == "platform" and data["verdict"]["platform"] == "rocm"
+    first = data["matches"][0]
+    assert first["id"] == "no-kernel-image" and first["context_only"] and first["not_on_platform"] == "rocm"
 
 
 @pytest.mark.parametrize("line", [
@@ -140,7 +172,16 @@ def test_every_labelled_other_platform_text_keeps_its_label():
         label = path.parent.name
         analysis = analyse_text(path.read_text(encoding="utf-8").partition("\n")[2])
         if analysis.platform is not None and label != "none":
+            if label in ROUND_7_CONTRADICTS:
+                # Rounds 5 and 6 labelled ROCm's missing code object no-kernel-image; round 7 labels
+                # the same message `none` (another platform): the platform answers, and the entry is
+                # still named first, as its context.
+                assert analysis.verdict is None and analysis.matches[0].id == label, path.name
+                continue
             assert analysis.verdict is not None and analysis.verdict.id == label, path.name
+
+
+ROUND_7_CONTRADICTS = {"no-kernel-image"}
 
 
 # --- a primary error no entry explains outranks the trailer ------------------------------------------
@@ -161,6 +202,17 @@ def test_every_labelled_other_platform_text_keeps_its_label():
     ("torch.AcceleratorError: CUDA error: invalid argument\nSearch for `cudaErrorInvalidValue' in "
      "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n" + TRAILER,
      "invalid argument"),
+    # opendatalab/MinerU#2117: the display watchdog killed a kernel; no entry explains it
+    ("RuntimeError: CUDA error: the launch timed out and was terminated\n" + TRAILER,
+     "the launch timed out and was terminated"),
+    # Akegarasu/lora-scripts#216 (a title: the error and the trailer on one line)
+    ("求救:RuntimeError: CUDA error: the launch timed out and was terminated CUDA kernel errors might be "
+     "asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+     "the launch timed out and was terminated"),
+    # lllyasviel/Fooocus#530: an illegal instruction, with the whole trailer
+    ("    x_sample = x_sample.cpu().numpy().clip(0, 255).astype(np.uint8)\n"
+     "RuntimeError: CUDA error: an illegal instruction was encountered\n" + TRAILER,
+     "an illegal instruction was encountered"),
     # the NCCL watchdog wraps it: the wrapper does not explain it either
     ("[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: CUDA error: "
      "operation not supported\n" + TRAILER, "operation not supported"),

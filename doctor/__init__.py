@@ -20,7 +20,8 @@ another environment) without typer, rich or torch. Heavier pieces are imported w
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+# The version (PEP 440), the one place it is written: pyproject.toml reads it from here.
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "check_module"]
 

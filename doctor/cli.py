@@ -16,7 +16,9 @@ Conventions, the same for every command (docs/conventions.md):
   `list --markdown`.
 - `-q/--quiet` prints only the verdict (no progress); `-v/--verbose` adds the details;
   `--no-redact` keeps what is redacted by default.
-- `--version`; shell completion through typer (`--install-completion`, `--show-completion`).
+- `-V/--version`; `--color auto|always|never` on every command (gpudoctor.output.console_options:
+  NO_COLOR under auto, and never, write no escape sequence at all); shell completion through
+  typer (`--install-completion`, `--show-completion`).
 - Exit codes: 0 ok/healthy, 1 findings (a probe failed, crashed or timed out; a text matched
   nothing known), 2 usage or input error or gpudoctor itself could not run. A usage error or an
   unusable output is one line on stderr, never a traceback: click's errors and
@@ -46,6 +48,7 @@ from gpudoctor.output import (
     Format,
     Output,
     OutputError,
+    color_param,
     command_help,
     emit,
     emit_line,
@@ -58,6 +61,8 @@ from gpudoctor.output import (
     progress_line,
     quiet_option,
     say as _say,
+    set_color,
+    stderr_console,
     verbose_option,
 )
 
@@ -117,6 +122,8 @@ class _Group(typer.core.TyperGroup):
     def main(self, args: Any = None, prog_name: Optional[str] = None, complete_var: Optional[str] = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         _prepare_streams()
+        _add_color_option(self)
+        set_color("auto")  # until --color says otherwise (one process may run several commands: tests)
         argv = list(sys.argv[1:] if args is None else args)
         extra.setdefault("obj", {"argv": argv})
         stdout_before = _stdout_identity()
@@ -171,6 +178,14 @@ class _Group(typer.core.TyperGroup):
             raise ClosedPipe() from exc
 
 
+def _add_color_option(group: Any) -> None:
+    """`--color auto|always|never` on the group and on every command (gpudoctor.output.color_param):
+    ruff, uv and gh users expect it wherever they type it."""
+    for command in (group, *group.commands.values()):
+        if not any(getattr(p, "name", None) == "color" for p in command.params):
+            command.params.append(color_param())
+
+
 def _usage_line(exc: Any) -> str:
     """click's usage error as one line: `--timeout nan: must be ...` or click's own message."""
     param = getattr(exc, "param", None)
@@ -213,7 +228,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Print gpudoctor's version and exit."),
 ) -> None:
     """The root: only --version (the help is the app's)."""
@@ -517,7 +532,8 @@ class _ScanProgress:
         self.running = "starting"
 
     def __enter__(self) -> "_ScanProgress":
-        if self.console.is_terminal and not self.quiet:
+        # Interactive, not merely a terminal: `--color always` colours a log, never animates it.
+        if self.console.is_interactive and not self.quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(
@@ -611,8 +627,6 @@ def scan(
 
     Small real workloads (SDPA backends, xformers, FP8 matmul, async errors, ...) run in isolated
     workers of the target interpreter; the verdict comes first and last."""
-    from rich.console import Console
-
     from gpudoctor.scan import runner
 
     outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")],
@@ -624,7 +638,7 @@ def scan(
     if device is not None:  # otherwise the runner's default (auto)
         settings["device"] = device
     options = runner.ScanOptions(**settings)
-    stderr = Console(stderr=True, highlight=False)
+    stderr = stderr_console()
     if list_only:
         _list_probes(options, outputs[0], stderr)
         return

@@ -15,6 +15,10 @@
   terminal), the finished text for JSON and Markdown, `gpudoctor: <verdict>` for -q. A closed pipe
   (`| head`) raises `ClosedPipe`, which the CLI turns into a quiet exit 141 (128 + SIGPIPE), as a
   shell reports for a tool killed by it.
+- Colour (`--color auto|always|never`, on every command: `color_param`): `auto` (the default) colours
+  a terminal unless `NO_COLOR` is set; `never`, and `NO_COLOR` under auto, write no escape sequence
+  at all (no colour, no bold or dim either); `always` colours a pipe or a file too (`less -R`).
+  Every console gpudoctor opens takes its settings from `console_options`.
 - gpudoctor's own messages (`say`, `fail`): one `gpudoctor: ...` line on stderr, through safetext,
   and for `fail` the exit code (`EXIT_USAGE` unless told); `progress_line`: a probe's result as
   every scanning command shows it.
@@ -356,9 +360,53 @@ def write_file(path: str, text: str) -> None:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}; the old file, if any, is unchanged") from None
 
 
+# --- colour: --color auto|always|never, the same on every command ----------------------------------
+
+COLORS = ("auto", "always", "never")
+COLOR_HELP = "Colour: auto (a terminal, unless NO_COLOR is set), always, or never (no escape sequences at all)."
+_color = {"mode": "auto"}
+
+
+def set_color(mode: str) -> None:
+    """The colour mode for every console opened from now on (`--color`)."""
+    _color["mode"] = mode if mode in COLORS else "auto"
+
+
+def console_options(stream: Any = None) -> dict[str, Any]:
+    """rich Console settings for the colour mode. `never`, or `NO_COLOR` (any non-empty value) under
+    `auto`: no colour system, so no escape sequence at all (rich's own NO_COLOR handling drops
+    colours but keeps bold and dim). `always`: a terminal's colours on any stream, though a stream
+    that is not a terminal stays non-interactive (no animated progress in a log)."""
+    mode = _color["mode"]
+    if mode == "never" or (mode == "auto" and os.environ.get("NO_COLOR")):
+        return {"color_system": None, "no_color": True}
+    if mode == "always":
+        try:
+            interactive = bool(stream is not None and stream.isatty())
+        except (ValueError, OSError, AttributeError):
+            interactive = False
+        return {"force_terminal": True, "force_interactive": interactive}
+    return {}
+
+
+def color_param() -> Any:
+    """The `--color` option, as a click parameter that a command does not receive (it sets the mode
+    for the consoles it opens): gpudoctor.cli adds it to every command and to the group."""
+    import typer.core
+
+    def remember(ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None and not getattr(ctx, "resilient_parsing", False):
+            set_color(str(value))
+        return value
+
+    return typer.core.TyperOption(param_decls=["--color"], type=_format_type(COLORS), default=None,
+                                  callback=remember, expose_value=False,
+                                  is_eager=True, help=COLOR_HELP)
+
+
 def stdout_console(**options: Any) -> Any:
     """A rich Console on standard output whose closed pipe is ours to report (rich's own
-    on_broken_pipe exits 1)."""
+    on_broken_pipe exits 1), coloured as `--color` and NO_COLOR say."""
     from rich.console import Console
 
     class StdoutConsole(Console):
@@ -367,7 +415,20 @@ def stdout_console(**options: Any) -> Any:
             raise ClosedPipe()
 
     options.setdefault("highlight", False)
+    for key, value in console_options(sys.stdout).items():
+        options.setdefault(key, value)
     return StdoutConsole(**options)
+
+
+def stderr_console(**options: Any) -> Any:
+    """A rich Console on standard error (progress, a run's explanation), coloured as `--color` and
+    NO_COLOR say."""
+    from rich.console import Console
+
+    options.setdefault("highlight", False)
+    for key, value in console_options(sys.stderr).items():
+        options.setdefault(key, value)
+    return Console(stderr=True, **options)
 
 
 def file_console(file: Any) -> Any:

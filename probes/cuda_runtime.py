@@ -117,7 +117,8 @@ def driver_version(path: str | None = None) -> str | None:
 
 def fix_steps(torch: Any, reason: str, driver: str | None) -> tuple[str, ...]:
     """The steps that fit what `why_unavailable` found, most relevant first: a CPU-only build wants
-    a CUDA build of the same torch, no driver wants the driver, a driver that is loaded but fails
+    a CUDA build of the same torch, no driver wants the driver (first: no CUDA build runs without
+    it), a driver that is loaded but fails
     to initialise is the suspend/resume (nvidia_uvm) or container case. The entry's full list
     stays in `gpudoctor explain cuda-unavailable`."""
     steps: list[str] = []
@@ -130,7 +131,8 @@ def fix_steps(torch: Any, reason: str, driver: str | None) -> tuple[str, ...]:
             + (f"driver {driver} supports" if driver else "the driver supports")
             + " (nvidia-smi shows the highest CUDA version it runs; https://pytorch.org/get-started/locally/)")
     if no_driver:
-        steps.append(f"no NVIDIA driver is loaded here ({DRIVER_FILE} is missing): on a machine with an "
+        # Without a driver no CUDA build of torch can run: the driver is the first step.
+        steps.insert(0, f"no NVIDIA driver is loaded here ({DRIVER_FILE} is missing): on a machine with an "
                       "NVIDIA GPU install the driver until `nvidia-smi` works; in a container start it with "
                       "`--gpus all` and the NVIDIA Container Toolkit")
     elif "cuda_visible_devices" in reason.lower():

@@ -1,12 +1,15 @@
 """The report: probe results, the environment, and who made it. Renderers (terminal, JSON,
 Markdown) take a `Report` and never print on their own; the CLI decides where output goes.
 
-Standard library only, no colours or markup in the model.
+Standard library only (and gpudoctor.safetext, to show untrusted ids in the verdict), no colours
+or markup in the model.
 
 Schema versions (reports/schema.json): 1.0 is the first; 1.1 adds `invocation` (the command and
 options that produced the report, redacted with the rest); 1.2 a finding's `steps`; 1.3 `level`,
 the scan level ("quick" or "deep") the matrices were run at (absent before: those reports ran
-what is now "deep"). Minor versions only add optional
+what is now "deep"); 1.4 `verdict`, the scan's verdict (`Report.verdict`: healthy or not, its
+line, the id to fix first and the command that tells its story), so that a program reads the
+answer without re-deriving it from the results. Minor versions only add optional
 fields, so `report_from_dict` reads every 1.x report; another major version is refused with
 `ReportFormatError`, as is a document that is not a report.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 from gpudoctor.probes.base import Finding, Status
 
-SCHEMA_VERSION = "1.3"  # 1.2: a finding's optional `steps`; 1.3: the report's `level`
+SCHEMA_VERSION = "1.4"  # 1.2: a finding's optional `steps`; 1.3: the report's `level`; 1.4: `verdict`
 READABLE_MAJOR = 1
 
 # Statuses that mean "findings exist": `gpudoctor scan` exits 1 when any result has one of them.
@@ -56,6 +59,47 @@ class ProbeResult:
         }
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The scan in one line: healthy, or the one thing to fix first and how to learn more."""
+
+    healthy: bool  # no probe failed, crashed or timed out (scan exits 0)
+    line: str
+    fix_id: str | None = None  # the knowledge-base id (or probe id) to deal with first
+    command: str | None = None  # the command that tells its full story
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "line": self.line, "fix_first": self.fix_id, "next": self.command}
+
+
+def _one_line(text: Any, limit: int = 2000) -> str:
+    """Untrusted text as one visible line (gpudoctor.reports.render.one_line)."""
+    from gpudoctor.safetext import visible
+
+    return " ".join(visible(str(text), limit).split())
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` shortened to about `width` terminal cells at a word boundary, with "…" where it was
+    cut (wide characters count two cells)."""
+    import unicodedata
+
+    def cells(t: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1 for c in t)
+
+    if cells(text) <= width:
+        return text
+    if width <= 1:
+        return "…"
+    cut = text[:width]
+    while cut and cells(cut) > width - 1:
+        cut = cut[:-1]
+    space = cut.rfind(" ")
+    if space >= width // 2:  # a word boundary not too far back; else cut the long token itself
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
 @dataclass
 class Report:
     results: list[ProbeResult] = field(default_factory=list)
@@ -87,6 +131,39 @@ class Report:
     def has_problems(self) -> bool:
         return any(r.status in PROBLEM_STATUSES for r in self.results)
 
+    def verdict(self) -> Verdict:
+        """Healthy, or the one thing to fix first. Errors found by a failed probe come first, in run
+        order (arch-compat and cuda-runtime run first and are the most fundamental), then probes that
+        crashed, timed out or failed without a finding; warnings never make a machine unhealthy."""
+        results = self.results
+        if not results:
+            return Verdict(True, "nothing checked: no probe ran")
+        if self.has_problems:
+            errors = [(r, f) for r, f in self.findings if f.severity == "error" and r.status in PROBLEM_STATUSES]
+            errors += [(r, f) for r, f in self.findings if f.severity == "error" and (r, f) not in errors]
+            problems = sum(1 for r in results if r.status in PROBLEM_STATUSES)
+            if errors:
+                fix_id = _one_line(errors[0][1].kb_id, 100)
+                command = f"gpudoctor explain {fix_id}"
+            else:
+                r = next(r for r in results if r.status in PROBLEM_STATUSES)
+                fix_id = f"{_one_line(r.probe, 100)} {r.status.value.replace('_', ' ')}"
+                command = f"gpudoctor scan --probe {_one_line(r.probe, 100)} -v"
+            noun = "problem" if problems == 1 else "problems"
+            return Verdict(False, f"NOT HEALTHY ({problems} {noun}); fix first: {fix_id}", fix_id, command)
+        if all(r.status is Status.SKIPPED for r in results):
+            return Verdict(True, f"nothing checked: all {len(results)} probe runs skipped",
+                           command=f"gpudoctor scan -v  (why: {_fit(_one_line(results[0].summary, 200), 60)})")
+        warned = [_one_line(f.kb_id, 100) for _, f in self.findings]
+        warned += [_one_line(r.probe, 100) for r in results if r.status is Status.WARN and not r.findings]
+        if warned:
+            unique = list(dict.fromkeys(warned))
+            shown = ", ".join(unique[:2]) + (f" and {len(unique) - 2} more" if len(unique) > 2 else "")
+            noun = "warning" if len(unique) == 1 else "warnings"
+            return Verdict(True, f"healthy, {len(unique)} {noun}: {shown}", unique[0],
+                           f"gpudoctor explain {unique[0]}" if self.findings else None)
+        return Verdict(True, "healthy")
+
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Status}
         for r in self.results:
@@ -101,6 +178,7 @@ class Report:
             "redacted": self.redacted,
             "duration_s": round(self.duration_s, 3),
             "summary": self.counts(),
+            "verdict": self.verdict().to_dict(),
             "invocation": self.invocation,
             **({"level": self.level} if self.level else {}),
             "environment": self.environment,

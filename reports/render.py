@@ -12,9 +12,9 @@ with its `gpudoctor explain ID` command, and a one-line environment summary. `ve
 the evidence, fix steps, patches, crash tails and the full environment. Copy-paste is a contract:
 ids, commands, patches and evidence are printed whole (`soft_wrap`: the terminal may wrap them for
 display, nothing inserts a newline or cuts them). Probe and finding summaries are never cut either:
-on the default page they wrap at word boundaries under their own column (a log file or CI gets 80
-columns), or take lines of their own where the column would be too narrow; `-v` prints each whole
-on one line.
+they wrap at word boundaries under their own column (a log file or CI gets 80 columns), or take
+lines of their own where the column would be too narrow, with `-v` too. Probes skipped for one
+same reason share one row (`_grouped`): a missing torch is said once, not once per probe.
 
 Everything a report carries came from probes, workers or a file someone sent: it is untrusted. It is
 shown through `gpudoctor.safetext.visible` (escape sequences removed, control characters made
@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.probes.base import Status
 from gpudoctor.reports import markdown as md
-from gpudoctor.reports.model import PROBLEM_STATUSES, Report, lookup, report_from_dict  # noqa: F401 (re-exported)
+from gpudoctor.reports.model import (  # noqa: F401 (re-exported)
+    PROBLEM_STATUSES, Report, Verdict, lookup, report_from_dict,
+)
 from gpudoctor.safetext import json_text, visible
 
 if TYPE_CHECKING:
@@ -118,23 +120,6 @@ def wrap(text: str, width: int) -> list[str]:
     text = _CODE_SPAN.sub(lambda m: m.group().replace(" ", "\xa0"), text)
     lines = textwrap.wrap(text, width=max(width, 1), break_long_words=False, break_on_hyphens=False) or [""]
     return [line.replace("\xa0", " ") for line in lines]
-
-
-def fit(text: str, width: int) -> str:
-    """`text` shortened to `width` terminal cells at a word boundary, with "…" where it was cut."""
-    from rich.cells import cell_len
-
-    if cell_len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"
-    cut = text[:width]
-    while cut and cell_len(cut) > width - 1:
-        cut = cut[:-1]
-    space = cut.rfind(" ")
-    if space >= width // 2:  # a word boundary not too far back; else cut the long token itself
-        cut = cut[:space]
-    return cut.rstrip(" ,;:") + "…"
 
 
 def _lines(text: Any, max_lines: int, limit: int) -> list[str]:
@@ -318,48 +303,9 @@ def _tally(report: Report) -> str:
     return ", ".join(f"{n} {_TALLY_WORD[s]}" for s, n in counts.items() if n)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The scan in one line: healthy, or the one thing to fix first and how to learn more."""
-
-    healthy: bool  # no probe failed, crashed or timed out (scan exits 0)
-    line: str
-    fix_id: str | None = None  # the knowledge-base id (or probe id) to deal with first
-    command: str | None = None  # the command that tells its full story
-
-
 def verdict(report: Report) -> Verdict:
-    """Healthy, or the one thing to fix first. Errors found by a failed probe come first, in run
-    order (arch-compat and cuda-runtime run first and are the most fundamental), then probes that
-    crashed, timed out or failed without a finding; warnings never make a machine unhealthy."""
-    results = report.results
-    if not results:
-        return Verdict(True, "nothing checked: no probe ran")
-    if report.has_problems:
-        errors = [(r, f) for r, f in report.findings if f.severity == "error" and r.status in PROBLEM_STATUSES]
-        errors += [(r, f) for r, f in report.findings if f.severity == "error" and (r, f) not in errors]
-        problems = sum(1 for r in results if r.status in PROBLEM_STATUSES)
-        if errors:
-            fix_id = one_line(errors[0][1].kb_id, 100)
-            command = f"gpudoctor explain {fix_id}"
-        else:
-            r = next(r for r in results if r.status in PROBLEM_STATUSES)
-            fix_id = f"{one_line(r.probe, 100)} {r.status.value.replace('_', ' ')}"
-            command = f"gpudoctor scan --probe {one_line(r.probe, 100)} -v"
-        noun = "problem" if problems == 1 else "problems"
-        return Verdict(False, f"NOT HEALTHY ({problems} {noun}); fix first: {fix_id}", fix_id, command)
-    if all(r.status is Status.SKIPPED for r in results):
-        return Verdict(True, f"nothing checked: all {len(results)} probe runs skipped",
-                       command=f"gpudoctor scan -v  (why: {fit(one_line(results[0].summary, 200), 60)})")
-    warned = [one_line(f.kb_id, 100) for _, f in report.findings]
-    warned += [one_line(r.probe, 100) for r in results if r.status is Status.WARN and not r.findings]
-    if warned:
-        unique = list(dict.fromkeys(warned))
-        shown = ", ".join(unique[:2]) + (f" and {len(unique) - 2} more" if len(unique) > 2 else "")
-        noun = "warning" if len(unique) == 1 else "warnings"
-        return Verdict(True, f"healthy, {len(unique)} {noun}: {shown}", unique[0],
-                       f"gpudoctor explain {unique[0]}" if report.findings else None)
-    return Verdict(True, "healthy")
+    """Healthy, or the one thing to fix first (`Report.verdict`, which the JSON report carries)."""
+    return report.verdict()
 
 
 def tally_line(report: Report) -> str:
@@ -419,28 +365,24 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
     say(("gpudoctor: ", "bold"), (v.line, style))
     say()
 
-    # One row per probe; the summary wraps in its column (whole on one line under -v).
-    # The device column only when probes ran on different devices (the verdict names the device).
+    # One row per probe; the summary wraps in its column, at every verbosity (a log or CI gets 80
+    # columns). Probes skipped for one same reason (torch cannot be imported, CUDA is not usable)
+    # share one row: one cause, said once. The device column only when probes ran on different
+    # devices (the verdict names the device).
     rows = [(one_line(r.probe, 100), one_line(r.device or "-", 100), r.status, _duration(r.duration_s),
-             one_line(r.summary)) for r in report.results]
+             one_line(r.summary), ()) for r in _grouped(report.results)]
     if rows:
         w_id = max(len(r[0]) for r in rows)
         w_dev = max(len(r[1]) for r in rows) + 2 if len({r[1] for r in rows}) > 1 else 0
         w_status = max(len(_STATUS_WORD[r[2]]) for r in rows)
         w_time = max(len(r[3]) for r in rows)
         start = 2 + w_id + 2 + w_dev + w_status + 2 + w_time + 2
-        for probe, device, status, duration, summary in rows:
+        for probe, device, status, duration, summary, _ in rows:
             head = [f"  {probe:<{w_id}}  " + (f"{device:<{w_dev}}" if w_dev else ""),
                     (f"{_STATUS_WORD[status]:<{w_status}}", _STATUS_STYLE[status]), f"  {duration:>{w_time}}  "]
-            if verbose:
-                say(*head, summary)
-            else:
-                column(head, start, summary, 4)
-    if verbose:
-        say((tally_line(report), "dim"), indent=2)
-    else:
-        for line in wrap(tally_line(report), width - 4):
-            say((line, "dim"), indent=2)
+            column(head, start, summary, 4)
+    for line in wrap(tally_line(report), width - 4):
+        say((line, "dim"), indent=2)
 
     # Errors, then probes that broke without a finding, then warnings: each an id (never cut), one
     # line (cut to fit), and the command that tells the full story.
@@ -453,15 +395,12 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
         say(("Findings" if findings else "Problems", "bold underline"))
     label_w = 10
     for result, finding in errors:
-        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose)
+        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose, width)
     for r in broken:
         probe = one_line(r.probe, 100)
         word = r.status.value.replace("_", " ")
         head = [("  ", ""), (f"{word:<{label_w}}", _STATUS_STYLE[r.status]), (f"{probe}{_where(r)}", "bold"), ": "]
-        if verbose:
-            say(*head, one_line(r.summary))
-        else:
-            column(head, 2 + label_w + len(f"{probe}{_where(r)}: "), one_line(r.summary), 2 + label_w)
+        column(head, 2 + label_w + len(f"{probe}{_where(r)}: "), one_line(r.summary), 2 + label_w)
         if not verbose:
             say((f"gpudoctor scan --probe {probe} -v", "dim"), indent=2 + label_w)
             continue
@@ -471,15 +410,16 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
         for line in _lines(r.stderr_tail, TAIL_LINES, TAIL_LIMIT):
             say(("| ", "dim"), line, indent=2 + label_w)
     for result, finding in warnings:
-        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose)
+        _finding_line(say, wrapped, column, result, finding, kb, label_w, verbose, width)
 
     say()
-    say(("Environment: ", "bold"), environment_summary(report.environment))
+    say(("Environment: ", "bold"), environment_summary(report.environment))  # one line, to copy whole
     if verbose:
         brief = [(one_line(k, 100), one_line(v, VALUE_LIMIT)) for k, v in environment_brief(report.environment)]
         w_key = max((len(k) for k, _ in brief), default=0)
         for key, value in brief:
-            say((f"{key:<{w_key}}", "bold red" if key.endswith("!") else "bold"), "  ", value, indent=2)
+            column([("  ", ""), (f"{key:<{w_key}}", "bold red" if key.endswith("!") else "bold"), "  "],
+                   2 + w_key + 2, value, 4)
         if report.invocation:
             say(("made by: ", "dim"), one_line(report.invocation.get("command", ""), VALUE_LIMIT), indent=2)
     else:
@@ -490,33 +430,62 @@ def render_terminal(report: Report, console: "Console", *, kb: KbLookup | None =
     say(("gpudoctor: ", "bold"), (v.line, style))
 
 
+@dataclass(frozen=True)
+class _Row:
+    """A row of the probe table: one result, or several skipped for the same reason."""
+
+    probe: str
+    device: str | None
+    status: Status
+    duration_s: float
+    summary: str
+
+
+def _grouped(results: list[Any]) -> list[Any]:
+    """The results as table rows: probes skipped with the same summary (two or more) become one
+    row, where the first of them stood, that names how many and which."""
+    reasons: dict[str, list[Any]] = {}
+    for r in results:
+        if r.status is Status.SKIPPED:
+            reasons.setdefault(one_line(r.summary), []).append(r)
+    rows: list[Any] = []
+    for r in results:
+        same = reasons.get(one_line(r.summary), []) if r.status is Status.SKIPPED else []
+        if len(same) < 2:
+            rows.append(r)
+        elif r is same[0]:
+            devices = sorted({one_line(x.device, 100) for x in same if x.device})
+            names = ", ".join(one_line(x.probe, 100) for x in same)
+            rows.append(_Row(f"{len(same)} probes", ", ".join(devices) or None, Status.SKIPPED,
+                             sum(x.duration_s for x in same), f"{names}: {one_line(r.summary)}"))
+    return rows
+
+
 def _finding_line(say: Callable[..., None], wrapped: Callable[..., None], column: Callable[..., None],
-                  result: Any, finding: Any, kb: KbLookup, label_w: int, verbose: bool) -> None:
+                  result: Any, finding: Any, kb: KbLookup, label_w: int, verbose: bool, width: int) -> None:
     kb_id = one_line(finding.kb_id, 100)
     severity = "error" if finding.severity == "error" else "warning"
     summary = one_line(finding.summary)
     head = [("  ", ""), (f"{severity:<{label_w}}", "bold red" if severity == "error" else "bold yellow"),
             (kb_id, "bold"), "  "]
-    if verbose:
-        say(*head, summary)
-    else:
-        column(head, 2 + label_w + len(kb_id) + 2, summary, 2 + label_w)
+    column(head, 2 + label_w + len(kb_id) + 2, summary, 2 + label_w)
     if finding.steps and not verbose:  # the step for this machine first; -v shows them all
         wrapped(one_line(finding.steps[0]), 2 + label_w)
     say((f"gpudoctor explain {kb_id}", "dim"), indent=2 + label_w)
     if verbose:
-        _finding_details(say, wrapped, result, finding, kb(finding.kb_id), 2 + label_w)
+        _finding_details(say, wrapped, result, finding, kb(finding.kb_id), 2 + label_w, width)
 
 
 def _finding_details(say: Callable[..., None], wrapped: Callable[..., None], result: Any, finding: Any,
-                     entry: Any, indent: int) -> None:
+                     entry: Any, indent: int, width: int) -> None:
     """Under -v: the evidence, the entry's fix steps and its patch (at column 0, to copy as is)."""
     for line in _evidence(finding.summary, finding.evidence):
         say(("| ", "dim"), line, indent=indent)
     if entry is None:
         say(("No knowledge-base entry loaded for this id.", "dim"), indent=indent)
         return
-    say((str(entry.title), "bold"), indent=indent)
+    for line in wrap(one_line(entry.title), max(width - indent, 20)):
+        say((line, "bold"), indent=indent)
     # A probe that knows which cause this is gives the steps for this machine; the entry's list
     # and patch cover every cause (some impossible here, a torch downgrade among them) and stay
     # one command away.

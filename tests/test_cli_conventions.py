@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from gpudoctor import cli, output
 from gpudoctor.cli import app
+from gpudoctor.reports.model import SCHEMA_VERSION
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
 OK = ["--probe-file", str(FAKES / "ok.py"), "--probe", "fake-ok"]
@@ -54,8 +55,56 @@ def gpudoctor(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_version():
     from gpudoctor import __version__
 
-    result = run("--version")
-    assert result.exit_code == 0 and result.stdout == f"gpudoctor {__version__}\n"
+    for flag in ("--version", "-V"):  # -V as ruff, uv and pip spell it
+        result = run(flag)
+        assert result.exit_code == 0 and result.stdout == f"gpudoctor {__version__}\n", flag
+
+
+# --- colour: --color auto|always|never on every command, NO_COLOR -----------------------------------
+
+_ESCAPE = re.compile(r"\x1b\[")
+
+
+def _on_a_pty(*args: str, no_color: str | None = None) -> str:
+    """`gpudoctor ARGS` with standard output on an 80-column pseudo-terminal: what it wrote, raw."""
+    from pty_helpers import on_a_pty
+
+    return on_a_pty(list(args), 80, {"NO_COLOR": no_color} if no_color is not None else None)[0]
+
+
+def test_no_color_and_color_never_leave_no_escape_sequence_on_a_terminal():
+    """NO_COLOR (no-color.org) turns colour off; rich alone would still write bold and dim. Under
+    NO_COLOR, and with --color never, the page has no escape sequence at all."""
+    args = ("explain", "misaligned-address")
+    assert _ESCAPE.search(_on_a_pty(*args)), "a terminal gets colour by default"
+    for text in (_on_a_pty(*args, no_color="1"), _on_a_pty(*args, "--color", "never"),
+                 _on_a_pty("--color", "never", *args)):
+        assert "misaligned-address" in text and not _ESCAPE.search(text), text[:200]
+    # always wins over NO_COLOR, and colours a pipe too (less -R).
+    assert _ESCAPE.search(_on_a_pty(*args, "--color", "always", no_color="1"))
+    piped = run(*args, "--color", "always")
+    assert piped.exit_code == 0 and _ESCAPE.search(piped.stdout)
+    assert not _ESCAPE.search(run(*args).stdout)  # auto: a pipe gets none
+
+
+def test_every_command_takes_color(tmp_path):
+    report = pathlib.Path(__file__).parent / "fixtures" / "reports" / "sample.json"
+    code = tmp_path / "ok.py"
+    code.write_text("x = 1\n")
+    invocations = {
+        "scan": ["scan", "--list-probes"], "explain": ["explain", "misaligned-address"],
+        "run": ["run", "--no-scan", "--", sys.executable, "-c", "pass"], "report": ["report", str(report)],
+        "diff": ["diff", str(report), str(report)], "lint": ["lint", str(code)],
+        "merge": ["merge", str(report)], "list": ["list"],
+    }
+    listed = {c.name for c in cli.typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
+    assert set(invocations) == listed, "a new command: add it here"
+    for name, args in invocations.items():
+        for mode in ("never", "always", "auto"):
+            result = run(args[0], "--color", mode, *args[1:])
+            assert result.exit_code in (0, 1), (name, mode, result.output)
+        bad = run(args[0], "--color", "sometimes", *args[1:])
+        assert bad.exit_code == 2 and "--color sometimes: expected one of auto, always, never" in bad.stderr, name
 
 
 def test_no_arguments_prints_help_and_exits_2():
@@ -176,7 +225,7 @@ def test_output_suffix_picks_the_format_and_aliases_still_work(tmp_path):
     result = run("scan", *OK, "--json", str(old_json), "--markdown", str(old_md))
     assert result.exit_code == 0
     assert result.stdout.startswith("gpudoctor: healthy") and old_md.read_text().startswith("**Environment:**")
-    assert json.loads(old_json.read_text())["schema_version"] == "1.3"
+    assert json.loads(old_json.read_text())["schema_version"] == SCHEMA_VERSION
     # --json - takes stdout: nothing else is printed there.
     result = run("scan", *OK, "--json", "-")
     assert json.loads(result.stdout)["results"][0]["probe"] == "fake-ok"

@@ -146,6 +146,7 @@ def test_input_file_is_not_modified(tmp_path):
     assert (log.read_bytes(), log.stat().st_mtime_ns) == before
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out by -m "not slow"
 def test_log_over_100_mb_reads_the_tail_in_bounded_memory(tmp_path):
     log = tmp_path / "huge.log"
     line = b"INFO " + b"x" * 1019 + b"\n"

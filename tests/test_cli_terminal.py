@@ -6,21 +6,14 @@ evidence once, uncut. The verdict is the first and the last line; probe lines fi
 summaries wrapped, never cut."""
 from __future__ import annotations
 
-import fcntl
 import importlib.util
-import os
 import pathlib
-import pty
 import re
-import select
-import struct
-import subprocess
-import sys
-import termios
 
 import pytest
 
 from gpudoctor.knowledge.kb import load_entry
+from pty_helpers import on_a_pty
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "cli_probes" / "findings.py"
 # The scan's worker imports torch first; without it the verdict is torch-import-failed, not the page
@@ -32,31 +25,8 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 def scan_on_a_pty(columns: int, *args: str) -> tuple[list[str], int]:
     """Run `gpudoctor scan` with stdin and stdout on a `columns`-wide pty; the lines it wrote,
     escape sequences removed, and its exit code. Progress (stderr) goes to a pipe."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")}
-    env["TERM"] = "xterm-256color"
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "scan", "--probe-file", str(FIXTURE),
-                             "--probe", "cli-findings", *args],
-                            stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env, close_fds=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 120)
-        if not ready:
-            proc.kill()
-            pytest.fail("gpudoctor scan wrote nothing for 120 s")
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    proc.stderr.read()
-    code = proc.wait(60)
-    text = _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+    raw, code = on_a_pty(["scan", "--probe-file", str(FIXTURE), "--probe", "cli-findings", *args], columns)
+    text = _ANSI.sub("", raw)
     return [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")], code
 
 

@@ -13,7 +13,9 @@ from gpudoctor.knowledge import kb
 from gpudoctor.cli import app
 from gpudoctor.reports import diff as rdiff
 
-SAMPLE = pathlib.Path(__file__).resolve().parent / "fixtures" / "reports" / "sample.json"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "reports"
+SAMPLE = FIXTURES / "sample.json"
+VALIDATION = pathlib.Path(__file__).resolve().parent.parent / "docs" / "validation"
 runner = CliRunner()
 STATUSES = ("pass", "warn", "fail", "skipped", "crashed", "timed_out")
 
@@ -141,8 +143,8 @@ def test_quiet_is_the_verdict_line_and_verbose_every_link(tmp_path):
     links = d.verdicts[0].explained_by
     default = runner.invoke(app, args).stdout
     verbose = runner.invoke(app, [*args, "-v"]).stdout
-    assert sum("likely:" in line for line in default.splitlines()) == min(3, len(links))
-    assert sum("likely:" in line for line in verbose.splitlines()) == len(links)
+    assert sum(line.strip().startswith("likely:") for line in default.splitlines()) == min(3, len(links))
+    assert sum(line.strip().startswith("likely:") for line in verbose.splitlines()) == len(links)
     assert len(links) > 3 and f"... {len(links) - 3} more (-v shows them)" in default
 
 
@@ -200,3 +202,81 @@ def test_diff_redacts_by_default(tmp_path, side):
     (tmp_path / "b.json").write_text(json.dumps(b))
     out = runner.invoke(app, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", "json"]).stdout
     assert "hf_AbCdEfGh" not in out and "alice" not in out
+
+
+# --- the two pairs a new user compares first (issue: diff names the cause first) ------------------
+# cpu-healthy.json and cpu-no-torch.json are real scans of one machine: the second with
+# `--python` at a virtual environment without torch. The H100 pair is the committed validation
+# pair: a full scan and `scan --probe xformers` after a mismatched xformers was installed.
+
+
+def _load(path: pathlib.Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_a_missing_torch_is_the_cause_and_the_skipped_probes_are_coverage():
+    a, b = _load(FIXTURES / "cpu-healthy.json"), _load(FIXTURES / "cpu-no-torch.json")
+    d = rdiff.diff_reports(a, b)
+    # One changed verdict: torch-import, which passed wherever torch imported.
+    assert [(v.probe, v.a, v.b, v.findings_b) for v in d.verdicts] == [
+        ("torch-import", "pass", "fail", ["torch-import-failed"])]
+    # The missing torch ranks first and explains it; nothing else is linked to it.
+    top = d.differences[0]
+    assert (top.key, top.a, top.b, top.score) == ("torch", "2.13.0+cpu", "not installed", 4)
+    assert d.verdicts[0].explained_by[0]["key"] == "torch"
+    assert all(not x.explains for x in d.differences[1:])
+    keys = [x.key for x in d.differences]
+    assert "package:torch" not in keys  # torch is one difference, not two
+    # What only an imported torch reports is not measured on B, not a difference.
+    assert not [k for k in keys if k.startswith(("torch.", "cuda_lib", "cudnn"))]
+    assert "torch built for CUDA" in d.unmeasured["b"]
+    # The probes that passed on A and were skipped on B did not run there: coverage, no cause.
+    ran_a = {r["probe"] for r in a["results"] if r["status"] != "skipped"}
+    assert {c.probe for c in d.coverage} == ran_a and all(c.ran_on == "a" for c in d.coverage)
+    assert all(c.other.startswith("skipped: torch could not be imported") for c in d.coverage)
+    line = rdiff.summary_line(d)
+    assert line.startswith("1 verdict changed, first torch-import: pass -> fail [torch-import-failed]; "
+                           "likely: torch 2.13.0+cpu -> not installed;"), line
+    assert f"{len(ran_a)} probes ran on A only" in line
+
+
+def test_a_full_scan_against_a_one_probe_scan_counts_no_unrun_probe_as_changed():
+    a = _load(VALIDATION / "h100-torch2.11.0.json")
+    b = _load(VALIDATION / "h100-torch2.11.0-xformers0.0.35.json")
+    d = rdiff.diff_reports(a, b)
+    assert [(v.probe, v.a, v.b) for v in d.verdicts] == [("xformers", "skipped", "fail")]
+    assert d.verdicts[0].explained_by[0]["key"] == "package:xformers"
+    ran_a = {r["probe"] for r in a["results"] if r["status"] != "skipped"}
+    assert {c.probe for c in d.coverage} == ran_a
+    assert {c.other for c in d.coverage} == {"not in the scan"}
+    # No invented cause: a coverage difference is linked to nothing.
+    assert [x.explains for x in d.differences] == [[{"probe": "xformers", "kb_id": "xformers-build-mismatch",
+                                                     "link": "reported"}]]
+    assert rdiff.summary_line(d).startswith(
+        "1 verdict changed, first xformers on cuda:0: skipped -> fail [xformers-build-mismatch]; "
+        "likely: xformers not installed -> 0.0.35; 10 probes ran on A only")
+
+
+def test_the_first_line_and_quiet_name_the_cause(tmp_path):
+    args = ["diff", str(FIXTURES / "cpu-healthy.json"), str(FIXTURES / "cpu-no-torch.json")]
+    text = runner.invoke(app, args)
+    quiet = runner.invoke(app, [*args, "-q"])
+    assert text.exit_code == quiet.exit_code == 1
+    first = text.stdout.splitlines()[0]
+    assert first == quiet.stdout.strip()
+    assert "likely: torch 2.13.0+cpu -> not installed" in first
+    assert "coverage, not a changed verdict" in text.stdout
+    data = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    assert data["schema_version"] == rdiff.DIFF_SCHEMA_VERSION and data["summary"] == quiet.stdout.strip()[11:]
+    assert data["coverage"] and data["unmeasured"]["b"]
+    md = runner.invoke(app, [*args, "--format", "md"]).stdout
+    assert "### Ran in one report only" in md and "likely: torch 2.13.0+cpu -&gt; not installed" in md
+
+
+def test_a_subset_scan_with_the_same_verdicts_exits_0():
+    a = _load(VALIDATION / "h100-torch2.11.0.json")
+    b = copy.deepcopy(a)
+    b["results"] = [r for r in b["results"] if r["probe"] == "sdpa-backends"]
+    d = rdiff.diff_reports(a, _recount(b))
+    assert d.verdicts == [] and not d.verdicts_changed
+    assert rdiff.summary_line(d).startswith("same verdicts on A and B where both ran; ")

@@ -462,3 +462,38 @@ def test_a_long_driver_text_stays_short_in_the_node_table(tmp_path):
     assert "unavailable: NVML" in lines[row]
     assert "NVIDIA runtime" not in "\n".join(lines[row:row + 4])  # the whole text is in JSON
     assert "NVIDIA runtime" in json.dumps(data)
+
+
+def _without_torch(report: dict, reason: str = "ModuleNotFoundError: No module named 'torch'") -> dict:
+    """A node whose scan ran with an interpreter that has no torch, as the runner reports it: a
+    failed torch-import result, every probe skipped, no torch section."""
+    env = report["environment"]
+    env["torch"] = {"available": False, "reason": reason}
+    env["packages"]["installed"].pop("torch", None)
+    python = "/opt/env/bin/python"
+    skipped = [dict(r, status="skipped", summary=f"torch could not be imported in {python} (see torch-import)",
+                    findings=[], details={}) for r in report["results"]]
+    report["results"] = [{"probe": "torch-import", "title": "import torch in the target interpreter", "device": None,
+                          "status": "fail", "summary": f"torch cannot be imported in {python}: {reason}",
+                          "duration_s": 0.0, "details": {}, "findings": [
+                              {"kb_id": "torch-import-failed", "summary": reason, "evidence": [reason],
+                               "severity": "error"}],
+                          "exit_code": None, "signal": None, "stderr_tail": None}] + skipped
+    return fs.recount(report)
+
+
+def test_a_node_without_torch_is_one_finding_that_says_so(tmp_path):
+    """One cause, one finding: node-3's torch cannot be imported. Not a version drift for torch, its
+    CUDA, cuDNN and NCCL, nor a verdict drift for every probe it skipped for want of torch."""
+    reports = [fs.node_report(i, nodes=4) for i in range(3)] + [_without_torch(fs.node_report(3, nodes=4))]
+    data = merged(tmp_path, reports)
+    validate(data)
+    failed = by_kind(data, "scan-failed")
+    assert len(failed) == 1 and failed[0]["severity"] == "error"
+    assert failed[0]["summary"].startswith("node-3 rank 3: torch cannot be imported (ModuleNotFoundError: No module")
+    assert places(failed[0]) == {("node-3", 3, None)}
+    assert not [f for f in data["findings"] if f["kind"] == "version-drift" and f["key"] in
+                ("torch", "torch CUDA", "cuDNN", "NCCL", "package torch")]
+    assert by_kind(data, "verdict-drift") == []
+    assert data["findings"][0] is failed[0] or data["findings"][0] == failed[0]
+    assert "node-3 rank 3: torch cannot be imported" in data["verdict"]

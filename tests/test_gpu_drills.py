@@ -30,6 +30,7 @@ def _scan(device: str) -> dict[str, list]:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # tens of seconds on 2 cores: left out by -m "not slow"
 def test_drills_skip_with_their_reason_without_cuda(tag):
     import torch
 

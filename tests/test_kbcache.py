@@ -47,6 +47,7 @@ def _texts() -> list[str]:
     return texts + [ex.text for e in kb.load_all() for ex in e.examples]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out by -m "not slow"
 def test_reading_only_the_entries_a_text_can_match_changes_no_answer(cache_home):
     texts = _texts()
     assert len(texts) > 300

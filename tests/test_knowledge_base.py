@@ -163,6 +163,7 @@ def _keyword_groups():
 KEYWORD_GROUPS = _keyword_groups()
 
 
+@pytest.mark.slow  # minutes in all on 2 cores: left out by -m "not slow"
 @pytest.mark.parametrize("key, users", KEYWORD_GROUPS, ids=[k for (k, _), _ in KEYWORD_GROUPS])
 def test_every_pattern_is_linear_on_a_multi_megabyte_line(key, users):
     keyword, _ = key

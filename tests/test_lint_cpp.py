@@ -378,9 +378,10 @@ def test_one_call_that_is_not_fresh_keeps_the_finding_and_is_named(tmp_path):
     assert len(states) == 1 and f"reset.py:{marked_lines(other)[0]} passes `s.t()`" in states[0]
 
 
-def test_a_python_wrapper_of_the_same_name_is_not_taken_for_the_binding(tmp_path):
-    """`def ring_step(...)` in Python: its calls cannot be told from the binding's, so the
-    binding has no known callers and its reads are reported as before."""
+def test_a_python_wrapper_of_the_same_name_is_followed_to_its_callers(tmp_path):
+    """`def ring_step(x)` in Python calls the binding as `_ext.ring_step(...)`: calls of
+    `ring_step(...)` are the wrapper's (resolved by name), and the wrapper's parameter is dense
+    when every call of the wrapper passes a dense tensor (issue 33)."""
     wrapper = """
         import torch
         from ringlib import _ext
@@ -395,9 +396,33 @@ def test_a_python_wrapper_of_the_same_name_is_not_taken_for_the_binding(tmp_path
         def run():
             return ring_step(torch.zeros(4))
         """
-    got = _gpu009(lint_tree(tmp_path, {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "",
-                                       "ringlib/wrap.py": wrapper}))
-    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["bias", "out", "state", "work", "x"]
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/wrap.py": wrapper}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state"]  # ring_init: no call at all
+    # one caller of the wrapper that passes a transposed tensor: x is reported, naming the binding call
+    files["ringlib/wrap.py"] = wrapper + "\n\n        def run_t(y):\n            return ring_step(y.t())\n"
+    got = _gpu009(lint_tree(tmp_path / "t", files))
+    assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["state", "x"]
+    assert "wrap.py:7 passes `x`" in next(m for _, _, m in got if m.startswith("x."))
+
+
+def test_a_method_call_of_the_same_name_is_not_a_call_of_the_binding(tmp_path):
+    """`buf.ring_init(s.t())` is a method of some object, not the extension's ring_init: it
+    neither protects nor blames the binding's argument."""
+    other = """
+        import torch
+        from ringlib._ext import ring_init
+
+
+        def reset(states, pool):
+            ring_init(torch.zeros(8))
+            for s in states:
+                pool.ring_init(s.t())
+        """
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_PY,
+             "ringlib/reset.py": other}
+    got = _gpu009(lint_tree(tmp_path, files))
+    assert [m for _, _, m in got if m.startswith("state.")] == []
 
 
 LAYOUT_EXT = """

@@ -69,3 +69,52 @@ def test_every_picture_is_shown_in_the_documentation():
     pages = {p.name: p.read_text() for p in (ROOT / "docs").glob("*.md")}
     for picture in PICTURES:
         assert any(f"![{picture.alt}](pictures/{picture.name})" in text for text in pages.values()), picture.name
+
+
+def test_the_pictures_load_nothing_from_a_network():
+    """rich's SVG export fetches Fira Code from a CDN; the committed pictures use local fonts and
+    render offline."""
+    for picture in PICTURES:
+        svg = (ROOT / "docs" / "pictures" / picture.name).read_text()
+        style = svg[svg.index("<style>"):svg.index("</style>")]
+        assert "url(" not in style and "@font-face" not in style and "cdnjs" not in svg, picture.name
+        assert "monospace" in style
+
+
+def _example() -> dict:
+    import json
+
+    return json.loads((ROOT / make_pictures.CPU_EXAMPLE).read_text())
+
+
+def test_the_cpu_picture_is_a_current_quick_scan():
+    """The CPU picture's report is what a scan writes today: the current schema, the quick level,
+    a verdict, and one result per probe of the registry, in its order."""
+    from gpudoctor import probes
+    from gpudoctor.reports.model import SCHEMA_VERSION
+
+    report = _example()
+    assert report["schema_version"] == SCHEMA_VERSION, "stale example: python tools/make_pictures.py --scan"
+    assert report["level"] == "quick" and report["verdict"]["healthy"] is True
+    assert [r["probe"] for r in report["results"]] == [m.SPEC.id for m in probes.load_builtin()]
+    assert report["invocation"]["command"].startswith("gpudoctor scan --python ~/proj/.venv/bin/python")
+
+
+@pytest.mark.slow
+def test_a_fresh_scan_gives_the_cpu_pictures_verdicts(tmp_path):
+    """Where the example was made (torch 2.13.0 on the CPU), scanning again gives every probe the
+    verdict and the findings the picture shows: a probe whose behaviour changed fails here until
+    `python tools/make_pictures.py --scan` is run."""
+    torch = pytest.importorskip("torch")
+    report = _example()
+    made_with = report["environment"]["torch"]["version"]
+    if torch.__version__ != made_with or torch.cuda.is_available():
+        pytest.skip(f"the example is torch {made_with} on the CPU; this is torch {torch.__version__}")
+    out = tmp_path / "fresh.json"
+    make_pictures.cpu_scan(str(out))
+    import json
+
+    def verdicts(data: dict) -> list:
+        return [(r["probe"], r["status"], sorted(f["kb_id"] for f in r["findings"])) for r in data["results"]]
+
+    assert verdicts(json.loads(out.read_text())) == verdicts(report), "stale: python tools/make_pictures.py --scan"

@@ -143,13 +143,14 @@ def _unavailable(monkeypatch, tmp_path, fake_torch, driver_text):
 DRIVER = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025\nGCC version: gcc 12\n"
 
 
-def test_cpu_only_build_without_a_driver_leads_with_the_cuda_build(monkeypatch, tmp_path):
-    """The reviewer's machine: a CPU-only torch and no NVIDIA driver. The steps are the CUDA build of
-    the same torch (with the index to install it from) and the driver; nothing about nvidia_uvm."""
+def test_cpu_only_build_without_a_driver_leads_with_the_driver(monkeypatch, tmp_path):
+    """The reviewer's machine: a CPU-only torch and no NVIDIA driver. No CUDA build of torch runs
+    without a driver, so the default page's one step is the driver; the CUDA build of the same
+    torch (with the index to install it from) comes second; nothing about nvidia_uvm."""
     finding = _unavailable(monkeypatch, tmp_path, _fake_torch(None, version="2.13.0+cpu"), None)
     first, second = finding.steps
-    assert "CPU-only build" in first and "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu" in first
-    assert "install the driver" in second
+    assert "install the driver" in first
+    assert "CPU-only build" in second and "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu" in second
     assert not any("nvidia_uvm" in s for s in finding.steps)
     assert any("missing" in e for e in finding.evidence)
 
@@ -182,4 +183,5 @@ def test_the_steps_replace_the_entrys_generic_list_in_the_report(monkeypatch, tm
     again = report_from_dict(json.loads(render.render_json(report)))
     assert again.results[0].findings[0].steps == finding.steps
     md = render.render_markdown(again)
-    assert "1. torch 2.13.0+cpu is a CPU-only build" in md and "nvidia_uvm" not in md
+    assert "1. no NVIDIA driver is loaded here" in md and "2. torch 2.13.0+cpu is a CPU-only build" in md
+    assert "nvidia_uvm" not in md

@@ -19,6 +19,9 @@ import cudasim
 from gpudoctor.probes import flash_attn_kernels as fak
 from gpudoctor.probes.base import ProbeContext, Status
 
+# These tests take about 100 s in all on 2 cores.
+pytestmark = pytest.mark.slow
+
 CPU = ProbeContext(torch=torch, device="cpu")
 
 # FA4's own texts, as flash_attn/cute/interface.py (fa4-v4.0.0.beta27, 2026-08-15) builds them.

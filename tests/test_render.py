@@ -198,7 +198,8 @@ def test_evidence_is_shown_once_and_never_cut_mid_word():
         Finding("view-stride", long_line, (long_line, "second line", "second line"))]))
     out = _terminal(report, kb=lambda _id: None, verbose=True)
     assert out.count("second line") == 1
-    assert out.count(long_line) == 1  # the summary line, whole; the evidence copy of it dropped
+    # The summary, wrapped at word boundaries under its column (-v too); the evidence copy dropped.
+    assert " ".join(out.split()).count(long_line) == 1
     out80 = Console(file=io.StringIO(), width=80, color_system=None)
     render_terminal(report, out80, kb=lambda _id: None)
     lines = out80.file.getvalue().splitlines()
@@ -235,7 +236,11 @@ def test_a_1_0_report_still_reads_and_rerenders_as_the_current_schema():
     old = json.loads((FIXTURES / "sample.json").read_text())
     assert old["schema_version"] == "1.0" and "invocation" not in old
     data = json.loads(render_json(report_from_dict(old)))
-    assert data == {**old, "schema_version": SCHEMA_VERSION, "invocation": None}
+    assert data == {**old, "schema_version": SCHEMA_VERSION, "invocation": None, "verdict": data["verdict"]}
+    # 1.4: the verdict the terminal page starts with, for programs.
+    assert data["verdict"] == {"healthy": False, "line": verdict(report_from_dict(old)).line,
+                               "fix_first": verdict(report_from_dict(old)).fix_id,
+                               "next": verdict(report_from_dict(old)).command}
     assert [e.message for e in _validator().iter_errors(data)] == []
     assert [e.message for e in _validator().iter_errors(old)] == []  # 1.0 stays valid
 
@@ -245,7 +250,7 @@ def test_json_round_trips_with_the_invocation():
     report.invocation = {"command": "gpudoctor scan --device cpu", "argv": ["gpudoctor", "scan", "--device", "cpu"],
                          "options": {"device": "cpu", "timeout": None}}
     data = json.loads(render_json(report))
-    assert data["schema_version"] == SCHEMA_VERSION == "1.3"
+    assert data["schema_version"] == SCHEMA_VERSION == "1.4"
     assert report_from_dict(data).to_dict() == data
     assert [e.message for e in _validator().iter_errors(data)] == []
 
@@ -400,3 +405,65 @@ def test_steps_for_this_machine_replace_the_entrys_list_and_patch():
     plain = _report(ProbeResult("xformers", "xformers", Status.FAIL, "cannot load", 0.1, "cuda:0", findings=[
         Finding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",))]))
     assert "torch==2.8.0" in render_markdown(plain, kb=kb) and "Generic step." in _terminal(plain, kb=kb, verbose=True)
+
+
+def _page(name: str, width: int, verbose: bool = False) -> list[str]:
+    report = report_from_dict(json.loads((FIXTURES / name).read_text()))
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    render_terminal(report, console, verbose=verbose)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]
+
+
+def _table(lines: list[str]) -> list[str]:
+    """The probe table: from the line after the verdict to the tally line."""
+    end = next(i for i, line in enumerate(lines) if " probe run" in line)
+    return lines[2:end]
+
+
+@pytest.mark.parametrize("name", ["cpu-healthy.json", "cpu-no-torch.json", "sample.json"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_probe_rows_fit_80_columns_with_and_without_v(name, verbose):
+    """A log, CI or a default terminal has 80 columns: every row of the probe table fits them, at
+    every verbosity; the words are all there (wrapped, not cut)."""
+    lines = _page(name, 80, verbose)
+    rows = _table(lines)
+    assert rows and max(len(line) for line in rows) <= 80, max(rows, key=len)
+    report = json.loads((FIXTURES / name).read_text())
+    joined = " ".join(" ".join(rows).split())
+    for r in report["results"]:
+        assert r["probe"] in joined
+
+
+def test_a_missing_torch_is_one_row_and_one_finding():
+    """Twelve probes skipped because torch cannot be imported: one row that names them, the
+    torch-import failure once, one finding."""
+    lines = _page("cpu-no-torch.json", 80)
+    text = "\n".join(lines)
+    rows = _table(lines)
+    starts = [line for line in rows if line.startswith("  ") and not line.startswith("   ")]
+    assert [line.split()[0] for line in starts] == ["torch-import", "12"]
+    assert starts[1].split()[:3] == ["12", "probes", "cpu"]
+    flat = " ".join(text.split())
+    assert flat.count("could not be imported") == 1  # the group's reason, once
+    assert flat.count("No module named 'torch'") == 2  # torch-import's row and its finding
+    assert sum(line.startswith("  error ") for line in lines) == 1
+
+
+def test_no_driver_advice_starts_with_the_driver():
+    """On a machine with a CPU-only torch and no NVIDIA driver, the default page's one step is the
+    driver (no CUDA build of torch can run without it)."""
+    report = json.loads((FIXTURES / "cpu-healthy.json").read_text())
+    [finding] = [f for r in report["results"] for f in r["findings"] if f["kb_id"] == "cuda-unavailable"]
+    assert finding["steps"][0].startswith("no NVIDIA driver is loaded here")
+    text = " ".join(" ".join(_page("cpu-healthy.json", 80)).split())
+    assert "cuda-unavailable" in text and "no NVIDIA driver is loaded here" in text
+    assert text.index("no NVIDIA driver is loaded here") < text.index("gpudoctor explain cuda-unavailable")
+
+
+def test_the_json_report_carries_the_verdict_of_the_page():
+    for name in ("cpu-healthy.json", "cpu-no-torch.json"):
+        data = json.loads((FIXTURES / name).read_text())
+        assert [e.message for e in _validator().iter_errors(data)] == []
+        v = verdict(report_from_dict(data))
+        assert data["verdict"] == {"healthy": v.healthy, "line": v.line, "fix_first": v.fix_id, "next": v.command}
+        assert _page(name, 80)[0] == f"gpudoctor: {v.line}"

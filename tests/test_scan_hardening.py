@@ -269,6 +269,7 @@ def test_torch_that_cannot_be_imported_is_one_finding_tried_once(tmp_path, tag, 
     assert says in first.summary
     assert [f.kb_id for f in report.findings and [f for _, f in report.findings]] == [runner.TORCH_IMPORT_KB]
     assert says in first.findings[0].summary
+    assert first.findings[0].steps == ()  # not a missing torch: the entry's list, no step of its own
     res = by_id(report)
     for probe in ("fake-torch", "fake-cuda"):
         assert res[probe].status is Status.SKIPPED
@@ -289,6 +290,10 @@ def test_scan_of_an_interpreter_without_torch_exits_1_with_the_finding(tmp_path)
     assert [f["kb_id"] for r in data["results"] for f in r["findings"]] == ["torch-import-failed"]
     assert "No module named 'torch'" in first["findings"][0]["summary"]
     assert all(r["status"] == "skipped" for r in data["results"][1:])
+    # The step for this machine: scan the environment that has torch, or install it here.
+    [step] = first["findings"][0]["steps"]
+    assert step.startswith(f"torch is not installed in {python}: scan the environment that has it")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in step and "pytorch.org/get-started" in step
 
 
 # --- processes: nothing left behind ----------------------------------------------------------------

@@ -4,6 +4,19 @@ rich Console and saves what it printed as SVG, rich's own export.
 
     python tools/make_pictures.py           # rewrite docs/pictures/*.svg
     python tools/make_pictures.py --check   # exit 1 and name the pictures that are stale
+    python tools/make_pictures.py --scan    # first scan this machine again (quick level, the CPU
+                                            # example report), then rewrite the pictures
+
+The CPU picture shows a real quick scan of a machine without a GPU, made by `--scan`
+(`cpu_scan`): the interpreter of this environment, reached through `~/proj/.venv` in a temporary
+home so that the report reads as a user's would, redacted as shipped. tests/test_pictures.py checks
+that it is a report of the current schema at the quick level, and (where torch 2.13.0 runs on the
+CPU) that a fresh scan gives every probe the same verdict. The H100 picture shows the committed
+H100 report of the validation page; only a machine with an H100 can make another (a GPU session:
+`docs/validation/run-on-gpu.sh scan`), never this script.
+
+The SVGs are self-contained: rich's export loads Fira Code from a CDN, which is dropped here
+(`offline`) for the fonts of the reader's machine, so the pictures render the same offline.
 
 tests/test_pictures.py renders every picture again and compares it with the committed file, so a
 change to a renderer, a probe summary or a knowledge-base entry that a picture shows fails the
@@ -92,8 +105,47 @@ def render(picture: Picture) -> str:
             code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
         if code not in (0, 1):
             raise SystemExit(f"make_pictures: `{picture.title}` exited {code}: {stderr.getvalue().strip()}")
-        svg = as_a_terminal_shows_it(console).export_svg(title=picture.title)
+        svg = offline(as_a_terminal_shows_it(console).export_svg(title=picture.title))
     return f"<!-- made by tools/make_pictures.py (rich {_rich_version()}): {picture.title} -->\n{svg}"
+
+
+# Local monospace fonts, best first: what the reader's machine has stands in for the CDN's Fira Code.
+_MONOSPACE = '"Fira Code", "DejaVu Sans Mono", "Liberation Mono", Menlo, Consolas, monospace'
+
+
+def offline(svg: str) -> str:
+    """rich's SVG without its @font-face rules, which fetch Fira Code from a CDN: the picture uses
+    the reader's own monospace fonts and loads nothing."""
+    import re
+
+    svg = re.sub(r"\n?[ \t]*@font-face \{[^}]*\}", "", svg)
+    return re.sub(r"font-family: Fira Code, monospace;", f"font-family: {_MONOSPACE};", svg)
+
+
+CPU_EXAMPLE = "docs/examples/cpu-only-torch2.13.0.json"
+
+
+def cpu_scan(out: str = CPU_EXAMPLE, python: str | None = None) -> None:
+    """A real quick scan of this machine, written to `out` (relative to the repository) as a user's
+    report reads: the target interpreter reached as ~/proj/.venv/bin/python (a link to this
+    environment in a temporary home), redacted as shipped."""
+    import subprocess
+    import tempfile
+
+    prefix = pathlib.Path(python or sys.executable).parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        home = pathlib.Path(tmp) / "alice"
+        (home / "proj").mkdir(parents=True)
+        (home / "proj" / ".venv").symlink_to(prefix, target_is_directory=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "VIRTUAL_ENV")}
+        env.update(HOME=str(home), USER="alice", LOGNAME="alice")
+        command = [sys.executable, "-m", "gpudoctor", "scan", "--python", "~/proj/.venv/bin/python",
+                   "--format", "json", "-o", out]
+        argv = [str(home / "proj" / ".venv" / "bin" / "python") if a == "~/proj/.venv/bin/python" else a
+                for a in command]
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"make_pictures: the scan exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
 
 
 def as_a_terminal_shows_it(recorded: "Console") -> "Console":
@@ -132,6 +184,9 @@ def rich_version_of(svg: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
+    if "--scan" in argv and not check:
+        cpu_scan()
+        print(f"make_pictures: scanned this machine into {CPU_EXAMPLE}")
     PICTURES.mkdir(parents=True, exist_ok=True)
     stale = []
     for picture in PICTURES_MADE:

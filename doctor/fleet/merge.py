@@ -20,7 +20,10 @@ What the merge reports (every finding names node, rank and GPU through its `Culp
   `straggler_fraction` below the median of its model and mode AND below `expect_fraction` of the
   model's nominal peak; GPUs with no nominal peak (the CPU, unknown models) are not judged, and the
   report says so;
-- every probe whose verdict differs between places, and problems common to all of them.
+- every probe whose verdict differs between places, and problems common to all of them;
+- a place whose torch cannot be imported, once (`scan-failed`: "node-3: torch cannot be
+  imported"), instead of a version drift for torch, its CUDA, cuDNN and NCCL and a verdict drift
+  for every probe it skipped for want of torch.
 
 Majorities decide the expected value; with a tie there is none, and every side is named.
 Reading the reports and what one report says (`Member`) live in gpudoctor.fleet.readers; this
@@ -57,6 +60,9 @@ BAD_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw
 # Version keys compared rank by rank, with the severity of a difference. torch, its CUDA, NCCL and
 # the driver must agree for collectives and numerics to agree.
 _ERROR_VERSION_KEYS = frozenset({"torch", "torch CUDA", "cuDNN", "NCCL", "driver", "CUDA driver"})
+# What a place whose torch cannot be imported does not have to compare: its torch finding says it.
+_TORCH_KEYS = frozenset({"torch", "torch CUDA", "cuDNN", "NCCL", "package torch"})
+TORCH_IMPORT_PROBE = "torch-import"  # gpudoctor.scan.runner's result for a failed torch import
 
 
 @dataclass(frozen=True)
@@ -220,16 +226,48 @@ def _differ(
     return FleetFinding(kind, severity, summary, key=key, expected=expected, culprits=culprits)
 
 
+def torch_failure(m: Member) -> str | None:
+    """Why torch cannot be imported where `m` scanned ("ModuleNotFoundError: No module named
+    'torch'"), or None when it could be."""
+    failed = [summary for probe, _, status, summary in m.results
+              if probe == TORCH_IMPORT_PROBE and status in PROBLEM_STATUSES]
+    if not failed:
+        return None
+    version = m.versions.get("torch", "")
+    if version.startswith("unavailable: "):
+        return version[len("unavailable: "):]
+    return failed[0].partition(": ")[2] or failed[0]
+
+
+def _torch_findings(members: list[Member]) -> list[FleetFinding]:
+    """One finding per reason torch cannot be imported, naming every place it cannot be: the one
+    cause of all that place's skipped probes and missing versions, said once."""
+    by_reason: dict[str, list[Member]] = defaultdict(list)
+    for m in members:
+        why = torch_failure(m)
+        if why is not None:
+            by_reason[why].append(m)
+    findings = []
+    for why, places in by_reason.items():
+        culprits = tuple(_culprit(m, value="torch cannot be imported", detail=why) for m in places)
+        findings.append(FleetFinding(
+            "scan-failed", ERROR, f"{_places(culprits)}: torch cannot be imported ({why}); no probe that needs "
+            "torch ran there", key="torch", expected=None, culprits=culprits))
+    return findings
+
+
 def _version_findings(members: list[Member]) -> list[FleetFinding]:
     members = [m for m in members if m.versions]  # a rank whose scan did not run has nothing to compare
     keys: dict[str, None] = {}
     for m in members:
         for k in m.versions:
             keys.setdefault(k, None)
+    no_torch = {id(m) for m in members if torch_failure(m) is not None}
     findings = []
     for key in keys:
         default = "not installed" if key.startswith("package ") else "not reported"
-        entries = [(_culprit(m), m.versions.get(key, default)) for m in members]
+        entries = [(_culprit(m), m.versions.get(key, default)) for m in members
+                   if not (key in _TORCH_KEYS and id(m) in no_torch)]
         severity = ERROR if key in _ERROR_VERSION_KEYS else WARNING
         finding = _differ("version-drift", key, entries, severity)
         if finding:
@@ -344,7 +382,10 @@ def _gpu_state(gpu: Gpu, c: Culprit) -> list[FleetFinding]:
 def _verdict_findings(members: list[Member]) -> list[FleetFinding]:
     by_probe: dict[str, list[tuple[Member, str | None, str, str]]] = defaultdict(list)
     for m in members:
+        no_torch = torch_failure(m) is not None
         for probe, device, status, summary in m.results:
+            if no_torch and (probe == TORCH_IMPORT_PROBE or status == "skipped"):
+                continue  # not run for want of torch: _torch_findings says so once
             by_probe[probe].append((m, device, status, summary))
 
     def culprit(entry: tuple[Member, str | None, str, str]) -> Culprit:
@@ -604,6 +645,7 @@ def merge_members(
     for bad in unreadable:
         findings.append(FleetFinding("unreadable-report", ERROR, f"{bad.label}: {bad.error}", key="report",
                                      culprits=(Culprit(None, None, None, None, bad.label),)))
+    findings += _torch_findings(members)
     findings += _hardware_findings(nodes)
     findings += _version_findings(members)
     stragglers, straggler_table = _straggler_findings(members, options)

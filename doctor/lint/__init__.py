@@ -4,7 +4,8 @@ scripts and Dockerfiles for build flags) and print the fix.
 
 Modules: `rules` (the rules as data and their documentation; cheap to import), `model`
 (findings and graded fixes), `engine` (discovery, prefilter, workers, suppressions, cross-file
-step), `pysource` / `pyflow` / `pyrules` (Python), `cpp` / `cpprules` (C++/CUDA), `archflags`
+step), `pysource` / `pyflow` (with its mixins `pylayout`, `pyattention`, `pysizes`,
+`pycalls`) / `pyrules` (Python), `cpp` / `cpprules` (C++/CUDA), `archflags`
 (CUDA architecture flags), `config` ([tool.gpudoctor.lint]), `fixes` (diffs and atomic writes),
 `render`, `cli`, and `explain` (`gpudoctor explain GPU003`).
 

@@ -437,7 +437,7 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
     out: list[Finding] = []
     summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
     if summaries:
-        from gpudoctor.lint import cpprules
+        from gpudoctor.lint import cpprules, pycallers
 
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
         unprotected = cpprules.resolve_data_ptr(summaries, bound)
@@ -449,7 +449,7 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[
             sources = [src for path, t in sorted(tasks.items()) if t.kind == rules.PYTHON and _mentions(path, pattern)
                        for src in [_load_python(path)] if src is not None]
             try:
-                calls = cpprules.python_calls(sources, aliases) if sources else {}
+                calls = pycallers.python_calls(sources, aliases) if sources else {}
             except RecursionError:  # a file nested too deeply to follow: no evidence from Python
                 calls = {}
             if calls:

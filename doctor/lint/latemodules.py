@@ -13,16 +13,16 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from gpudoctor.lint.castflow import CASTS, NEVER_LATE, Cast, Scan, receiver
 from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
 from gpudoctor.lint.pysource import PySource, call_name, dotted, finding, kwarg, walk
 
 if TYPE_CHECKING:
     from gpudoctor.lint.pyrules import Facts
 
+__all__ = ["CASTS", "NEVER_LATE", "receiver", "module_after_cast", "may_create_late", "late_method", "builders",
+           "imported_function"]
 
-# Tensor and Module methods that change dtype or device (GPU005, GPU011)
-CASTS = {"to", "half", "float", "double", "bfloat16", "cuda", "cpu", "type", "type_as"}
-_LOW_PRECISION = {"bfloat16", "float16", "half", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
 _BUILDER = ("__", "_init", "init", "build", "_build", "setup", "_setup", "reset", "_reset", "create", "_create",
             "make", "_make", "construct", "_construct", "forward", "extra_repr", "load", "_load", "from_")
 
@@ -61,25 +61,6 @@ def builders(src: PySource, creates) -> set[str]:
     return out
 
 
-def receiver(node: ast.AST) -> str | None:
-    """A receiver written as a chain through calls: `model.get_model()` (LLaVA's
-    `model.get_model().initialize_vision_modules(...)`); its leading names are the cast object."""
-    plain = dotted(node)
-    if plain:
-        return plain
-    if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute):
-        inner = receiver(node.func.value)
-        return f"{inner}.{node.func.attr}()" if inner else None
-    if isinstance(node, ast.Attribute):
-        inner = receiver(node.value)
-        return f"{inner}.{node.attr}" if inner else None
-    return None
-
-
-# Methods never taken for late builders: dunders, forward, loading and resetting.
-NEVER_LATE = ("__", "forward", "extra_repr", "load", "_load", "from_", "reset", "_reset")
-
-
 def late_method(name: str, builder_named: bool, text: str) -> bool:
     """Whether a method that creates modules can run after the model was cast. Builder names
     (`initialize_vision_modules`, `build_projector`) count only when the file never calls them on
@@ -92,43 +73,35 @@ def late_method(name: str, builder_named: bool, text: str) -> bool:
 # --- GPU011: modules created after a cast -----------------------------------------------------
 
 
-def _dtype_like(node: ast.AST | None) -> bool:
-    """torch.bfloat16 / torch.float16 / dtype / self.dtype / weight.dtype (not float32)."""
-    if node is None:
-        return False
-    if isinstance(node, ast.IfExp):  # torch_dtype=(torch.bfloat16 if args.bf16 else None)
-        return _dtype_like(node.body) or _dtype_like(node.orelse)
-    if isinstance(node, ast.Attribute):
-        if node.attr in _LOW_PRECISION:
-            return True
-        return node.attr == "dtype" or node.attr.endswith("_dtype")
-    if isinstance(node, ast.Name):
-        return "dtype" in node.id.lower()
-    return False
-
-
-def _cast_event(node: ast.AST) -> str | None:
-    """The receiver of `X.to(bf16)`, `X.half()`, `X.bfloat16()`."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
-        return None
-    method = node.func.attr
-    recv = dotted(node.func.value)
-    if not recv:
-        return None
-    if method in ("half", "bfloat16") and not node.args:
-        return recv
-    if method == "to" and (any(_dtype_like(a) for a in node.args) or _dtype_like(kwarg(node, "dtype"))):
-        return recv
-    return None
-
-
 _WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|EmbeddingBag|"
                        r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
                        r"RNN|PReLU|Transformer\w*)$")
 _WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
                            r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU|Parameter)\("
                            r"|\bParameter\(")
-_CASTS_INPUTS = re.compile(r"\.to\([^)\n]*dtype|\.type_as\(|autocast\(")
+# A class that casts its inputs to its own weights (`x.to(self.fc.weight.dtype)`, `x.type_as(self.w)`,
+# autocast): new float32 instances of it work beside a cast model. Casting one of its own
+# parameters to the input (`self.modulation.to(dtype=t.dtype)`) covers that parameter only.
+_RECEIVER = re.compile(r"([A-Za-z_][\w.]*)(?:\([^()\n]*\))?$")
+
+
+def _casts_inputs(text: str) -> bool:
+    if "autocast(" in text:
+        return True
+    for word in (".to(", ".type_as("):
+        at = text.find(word)
+        while at >= 0:
+            line_start = text.rfind("\n", 0, at) + 1
+            end = text.find(")", at)
+            newline = text.find("\n", at)
+            args = text[at + len(word): end if end >= 0 and (newline < 0 or end < newline) else newline]
+            m = _RECEIVER.search(text, line_start, at)
+            recv = m.group(1) if m else ""
+            if recv and not recv.startswith("self.") and recv != "self" and "self." in args and \
+                    (word == ".type_as(" or "dtype" in args):
+                return True
+            at = text.find(word, at + 1)
+    return False
 
 
 def _creates_module(src: PySource, node: ast.AST, local_modules) -> bool:
@@ -186,72 +159,79 @@ def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
             if any(re.search(r"\b%s\(" % other, texts[name]) for other in weights):
                 weights.add(name)
                 changed = True
-    return {name: (name in weights, bool(_CASTS_INPUTS.search(texts[name]))) for name in found}
+    return {name: (name in weights, _casts_inputs(texts[name])) for name in found}
 
 
 _CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
-_CONVERT_TEXT = re.compile(r"\.(to|half|bfloat16|float|type|cuda)\(|dtype|device")
-_SIMPLE = (ast.Assign, ast.Expr, ast.AugAssign, ast.AnnAssign, ast.Return)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
+    """GPU011 in one file: the scopes that cast (gpudoctor.lint.castflow.Scan), twice for a class
+    whose methods store a cast object on self (the other methods start with it cast), with what
+    the file's own functions return; then the file's summaries for the project pass."""
     out: list[Finding] = []
     local = _local_modules(src)
-    for scope in [src.tree, *src.functions]:
-        text = src.text if scope is src.tree else src.scope_text(scope)
-        if not _CAST_TEXT.search(text):
+
+    def creates(node: ast.AST) -> bool:
+        return _creates_module(src, node, local)
+
+    owner = {id(m): cls for cls in src.classes for m in cls.body if isinstance(m, _FUNCS)}
+    scopes = [s for s in [src.tree, *src.functions]
+              if _CAST_TEXT.search(src.text if s is src.tree else src.scope_text(s))]
+    returned: dict[str, Cast] = {}
+
+    def returns(call: ast.Call) -> Cast | None:
+        func = call.func
+        key = func.id if isinstance(func, ast.Name) else \
+            f"self.{func.attr}" if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+            func.value.id == "self" else None
+        return returned.get(key) if key else None
+
+    # what the file's functions return cast (a loader: `return model.to(dtype=torch_dtype)`)
+    for fn in scopes:
+        if fn is not src.tree and any(isinstance(n, ast.Return) and n.value is not None for n in walk(fn.body)):  # type: ignore[attr-defined]
+            scan = Scan(src, fn, creates)
+            scan.run()
+            if scan.returned is not None:
+                key = fn.name if id(fn) not in owner else f"self.{fn.name}"  # type: ignore[attr-defined]
+                returned[key] = Cast(scan.returned.line, "", f"returned by {fn.name}() (line {fn.lineno})")  # type: ignore[attr-defined]
+                if id(fn) not in owner and src.module and fn in src.tree.body:
+                    facts.cast_returns[f"{src.module}.{fn.name}"] = scan.returned.line  # type: ignore[attr-defined]
+    seen: set[tuple[int, int]] = set()
+    after: set[tuple[str, int, int]] = set()
+
+    def keep(scan: Scan) -> None:
+        for f in scan.run():
+            if (f.line, f.col) not in seen:
+                seen.add((f.line, f.col))
+                out.append(f)
+        for entry in scan.after:
+            if entry[:3] not in after:
+                after.add(entry[:3])
+                facts.after_cast.append(entry)
+
+    stores: dict[str, dict[str, tuple[Cast, str]]] = {}  # class -> self.attr -> (cast, storing method)
+    for scope in scopes:
+        scan = Scan(src, scope, creates, returns=returns)
+        keep(scan)
+        cls = owner.get(id(scope))
+        if cls is not None:
+            for path, cast in scan.stores.items():
+                stores.setdefault(cls.name, {}).setdefault(path, (cast, scope.name))  # type: ignore[attr-defined]
+    # attributes of self: stored cast by one method, used by the others
+    for cls in src.classes:
+        fields = stores.get(cls.name)
+        if not fields:
             continue
-        cast_at: dict[str, int] = {}
-        pending: dict[str, tuple[ast.Assign, str]] = {}
-        for s in src.scope_statements(scope):
-            if not isinstance(s, _SIMPLE):
+        for m in cls.body:
+            if not isinstance(m, _FUNCS) or any(storer == m.name for _, storer in fields.values()):
                 continue
-            value = getattr(s, "value", None)
-            # conversions resolve pending modules (X.to(...), X.sub.to(...), X.half())
-            if pending and _CONVERT_TEXT.search(src.segment(s)):
-                for c in walk([s]):
-                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and \
-                            c.func.attr in CASTS:
-                        recv = dotted(c.func.value) or ""
-                        for key in list(pending):
-                            if key == recv or key.startswith(recv + ".") or recv.startswith(key + "."):
-                                del pending[key]
-            # a cast of X (as a statement or X = X.to(...))
-            recv = _cast_event(value) if isinstance(s, (ast.Expr, ast.Assign)) else None
-            if recv:
-                cast_at[recv] = s.lineno
-                cast_at.setdefault(recv.split(".")[0], s.lineno)
-            # X.attr = nn.Linear(...) after a cast of X
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute):
-                key = dotted(s.targets[0])
-                owner = dotted(s.targets[0].value)
-                if key and owner and owner in cast_at and cast_at[owner] < s.lineno and \
-                        _creates_module(src, s.value, local):
-                    pending[key] = (s, owner)
-            # calls on a cast object: candidates for the cross-file part
-            if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(value, ast.Call) and \
-                    isinstance(value.func, ast.Attribute):
-                c = value
-                recv_name = receiver(c.func.value) or ""
-                # the longest cast prefix: self.pipe.dit.enable_x() after self.pipe was loaded cast
-                parts = recv_name.split(".") if recv_name else []
-                root = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in cast_at), "")
-                if root and cast_at[root] < s.lineno and not c.func.attr.startswith(NEVER_LATE):
-                    col = src.char_col(c.func.end_lineno, c.func.end_col_offset - len(c.func.attr)) + 1  # type: ignore[arg-type]
-                    facts.after_cast.append((c.func.attr, c.func.end_lineno, col, root, cast_at[root], recv_name))  # type: ignore[arg-type]
-            # `pipe = Pipeline.from_pretrained(..., torch_dtype=torch.bfloat16)` loads cast weights
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(value, ast.Call) and \
-                    call_name(value).startswith(("from_", "load")):
-                target = dotted(s.targets[0])
-                td = kwarg(value, "torch_dtype")
-                if target and td is not None and _dtype_like(td):
-                    cast_at[target] = s.lineno
-        for key, (s, owner) in pending.items():
-            out.append(finding(src, s, "GPU011", (
-                f"{key} is created after {owner} was cast (line {cast_at[owner]}) and never converted: new modules "
-                f"are float32, so their matmuls with the cast model's activations fail with 'mat1 and mat2 must "
-                f"have the same dtype'; create it with dtype= or convert it (.to(dtype=..., device=...))"),
-                Fix(DISPLAY_ONLY, f"convert it: {key} = {key}.to(dtype=..., device=...) (those of {owner})")))
+            text = src.scope_text(m)
+            entry = {path: Cast(cast.line, path, f"stored on self by {storer}()") for path, (cast, storer) in fields.items()
+                     if path + "." in text or path + "[" in text}
+            if entry:
+                keep(Scan(src, m, creates, entry=entry, returns=returns))
     # cross-file summaries: methods (not __init__ or its helpers) that add float32 modules, and
     # every class of the file (for creators in other modules)
     for cls in src.classes:
@@ -260,12 +240,15 @@ def module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
     for cls in src.classes:  # mixins too (LLaVA's LlavaMetaModel): the call after a cast is the evidence
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         from_init = _called_from(src, methods, "__init__")
+        containers: set[str] | None = None
         for name, m in methods.items():
             if name in from_init or not late_method(name, name.startswith(_BUILDER), src.text):
                 continue
-            created = _created_in(src, m, local)
+            if containers is None:
+                containers = _module_containers(src, m)
+            created = _created_in(src, m, local, methods, containers=containers)
             if created:
-                facts.creators[name] = created
+                facts.creators[name] = [(f, foreign) for f, foreign, _ in created]
     return out
 
 
@@ -276,7 +259,7 @@ def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], b
     text = src.scope_text(cls)
     bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
     builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
-    return bases, bool(_WEIGHTS_TEXT.search(text)), bool(_CASTS_INPUTS.search(text)), builds
+    return bases, bool(_WEIGHTS_TEXT.search(text)), _casts_inputs(text), builds
 
 
 def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:
@@ -306,33 +289,118 @@ def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | 
 _CONVERTS = {"to", "half", "bfloat16", "float", "double", "type", "cuda"}
 
 
-def _created_in(src: PySource, m: ast.AST, local) -> list[tuple[Finding, str | None]]:
-    """What method `m` assigns to self that creates float32 weights and never converts later in
-    the method: module.to() / .half() converts a module in place, a Parameter's does not (its
-    result is thrown away: GPU005); self.to(...) converts everything."""
+def _self_creations(src: PySource, s: ast.stmt) -> tuple[str, ast.AST, bool] | None:
+    """(key, the new value, whether it is a parameter) when statement `s` adds something to self:
+    `self.x = ...`, `self.blocks[i] = ...`, `self.blocks["k"] = ...`, `self.layers.append(...)`
+    (`insert`, `extend`), `self.add_module("x", ...)`, `self.register_module("x", ...)`,
+    `self.register_parameter("p", ...)`, `setattr(self, "x", ...)`."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1:
+        target = s.targets[0]
+        key = dotted(target) or ""
+        if key.startswith("self.") and isinstance(target, ast.Attribute):
+            return key, s.value, _is_parameter(src, s.value)
+        if isinstance(target, ast.Subscript) and (dotted(target.value) or "").startswith("self."):
+            return dotted(target.value), s.value, False  # type: ignore[return-value]
+        return None
+    if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)):
+        return None
+    c = s.value
+    func = c.func
+    if isinstance(func, ast.Name) and func.id == "setattr" and len(c.args) == 3 and dotted(c.args[0]) == "self":
+        return f"self.{_name_of(src, c.args[1])}", c.args[2], _is_parameter(src, c.args[2])
+    if not isinstance(func, ast.Attribute):
+        return None
+    recv = dotted(func.value) or ""
+    if recv == "self" and func.attr in ("add_module", "register_module", "register_parameter") and len(c.args) == 2:
+        return f"self.{_name_of(src, c.args[0])}", c.args[1], func.attr == "register_parameter"
+    if recv.startswith("self.") and func.attr in ("append", "insert", "extend") and c.args:
+        new = c.args[-1]
+        if func.attr == "extend" and isinstance(new, (ast.List, ast.Tuple)) and new.elts:
+            new = new.elts[0]
+        return recv, new, False
+    return None
+
+
+def _name_of(src: PySource, node: ast.AST) -> str:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else f"<{src.segment(node)}>"
+
+
+def _is_parameter(src: PySource, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (src.qualname(node.func) or "").endswith("Parameter")
+
+
+def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | None = None, late: str | None = None,
+                depth: int = 0, containers: set[str] | None = None) -> list[tuple[Finding, str | None, str]]:
+    """What method `m` adds to self that creates float32 weights and never converts later in the
+    method (module.to() / .half() converts a module in place, a Parameter's does not: its result
+    is thrown away, GPU005; self.to(...) converts everything), with what the helper methods of
+    the class it calls add the same way. Each: (finding, the class or builder only the project
+    can judge, the key)."""
     stmts = src.scope_statements(m)
     out = []
+    late = late or m.name  # type: ignore[attr-defined]
+    containers = _module_containers(src, m) if containers is None else containers
     for i, s in enumerate(stmts):
-        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and (dotted(s.targets[0]) or "").startswith("self.")):
+        helper = _self_call(s)
+        if helper and methods and helper in methods and methods[helper] is not m and depth < 3:
+            for f, foreign, key in _created_in(src, methods[helper], local, methods, late, depth + 1, containers):
+                if not _converted_later(stmts[i + 1:], key, f.message.startswith(f"{key} is an nn.Parameter")):
+                    out.append((f, foreign, key))
             continue
-        made = _creation(src, s.value, local)
+        added = _self_creations(src, s)
+        if added is None:
+            continue
+        key, value, is_param = added
+        made = _creation(src, value, local)
         if made is None:
             continue
-        key = dotted(s.targets[0]) or ""
-        is_param = isinstance(s.value, ast.Call) and (src.qualname(s.value.func) or "").endswith("Parameter")
+        itemwise = isinstance(s, ast.Expr) or (isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Subscript))
+        if itemwise and not made[0] and not (key in containers or _call_attr(s) in ("add_module", "register_module")):
+            # appended or stored item by item: a module for sure, or a class of another module put
+            # into a ModuleList / ModuleDict / Sequential (a plain list of objects is not)
+            continue
         if _converted_later(stmts[i + 1:], key, is_param):
             continue
         sure, foreign = made
-        what = "an nn.Parameter" if is_param else f"a {foreign or call_name(s.value) or 'module'}"
+        what = "an nn.Parameter" if is_param else f"a {foreign or call_name(value) or 'module'}"
         what = f"the new module {foreign}() returns" if foreign and foreign[:1].islower() else what
+        where = f"{m.name}()" if m.name == late else f"{m.name}() (called by {late}())"  # type: ignore[attr-defined]
         f = finding(src, s, "GPU011", (
-            f"{key} is {what} created in float32 in {m.name}() and never converted; {{caller}}: float32 "  # type: ignore[attr-defined]
+            f"{key} is {what} created in float32 in {where} and never converted; {{caller}}: float32 "
             f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
-            f"create it with dtype=/device= of the existing weights or convert it at the end of {m.name}()"),  # type: ignore[attr-defined]
+            f"create it with dtype=/device= of the existing weights or convert it at the end of {late}()"),
             Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
                 if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
-        out.append((f, foreign))
+        out.append((f, foreign, key))
     return out
+
+
+def _module_containers(src: PySource, m: ast.AST) -> set[str]:
+    """self.<attr> that the class of method `m` assigns an nn.ModuleList / ModuleDict / Sequential."""
+    cls = next((c for c in src.classes if m in c.body), None)
+    out: set[str] = set()
+    if cls is None or not any(w in src.scope_text(cls) for w in ("ModuleList", "ModuleDict", "Sequential")):
+        return out
+    for n in walk(cls.body):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call):
+            q = src.qualname(n.value.func) or ""
+            if q.rsplit(".", 1)[-1] in ("ModuleList", "ModuleDict", "Sequential"):
+                out.add(dotted(n.targets[0]) or "")
+    return out
+
+
+def _call_attr(s: ast.stmt) -> str | None:
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute):
+        return s.value.func.attr
+    return None
+
+
+def _self_call(s: ast.stmt) -> str | None:
+    """`self.helper(...)` as a statement: the helper's name."""
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute) and \
+            dotted(s.value.func.value) == "self":
+        return s.value.func.attr
+    return None
 
 
 def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
@@ -348,16 +416,26 @@ def _converted_later(stmts: list[ast.stmt], key: str, is_param: bool) -> bool:
                 return True  # reassigned (a Parameter reassigned from .to() is GPU005's finding)
             if isinstance(node, (ast.For, ast.AsyncFor)) and not is_param and \
                     any(dotted(e) == key for e in walk([node.iter])):
-                loop_var = dotted(node.target)
-                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _CONVERTS
-                       and dotted(c.func.value) == loop_var for c in walk(node.body)):
-                    return True  # for module in [self.a, self.b]: module.to(...)
+                loop_vars = {n.id for n in walk([node.target]) if isinstance(n, ast.Name)}
+                for c in walk(node.body):
+                    # for module in [self.a, self.b]: module.to(...); for i, b in enumerate(self.blocks):
+                    # self.blocks[i] = b.to(...)
+                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _CONVERTS \
+                            and dotted(c.func.value) in loop_vars:
+                        return True
     return False
 
 
 _SELF_CREATE = re.compile(rb"^([ \t]*)self\.\w+[ \t]*=[ \t]*(?:[\w.]*\.)?(?:[A-Z]\w*|Parameter|\w*(?:build|make|create)_\w*)\(",
                           re.M)
-_OTHER_CREATE = re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:\.\w+)+[ \t]*=[ \t]*(?:[\w.]*\.)?[A-Z]\w*\(", re.M)
+_OTHER_CREATE = (
+    re.compile(rb"^[ \t]*(?!self\.)[A-Za-z_]\w*(?:(?:\.\w+)+(?:\[[^\]\n]+\])?|\[[^\]\n]+\])[ \t]*=[ \t]*"
+               rb"(?:[\w.]*\.)?[A-Z]\w*\(", re.M),
+    # model.append(nn.Linear(...)), add_module, register_parameter, ...; setattr(model, "x", nn.Linear(...))
+    re.compile(rb"\.(?:append|insert|extend|add_module|register_module|register_parameter|update)\([^\n]*"
+               rb"(?:\bnn\.[A-Z]|Parameter\()"),
+    re.compile(rb"\bsetattr\([^\n]*(?:\bnn\.[A-Z]|Parameter\()"),
+)
 _SELF_CAST = re.compile(rb"self\.(?:half|bfloat16|to)\(")
 _DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
@@ -368,7 +446,7 @@ def may_create_late(data: bytes) -> bool:
     object cast with self.half() / self.to(), or self.x = SomeModule(...) in a method that is not
     __init__ or a builder. False means the file matters to GPU011 only for its calls after a cast
     (the engine defers it)."""
-    if _OTHER_CREATE.search(data) or _SELF_CAST.search(data):
+    if any(p.search(data) for p in _OTHER_CREATE) or _SELF_CAST.search(data):
         return True
     defs = None
     for m in _SELF_CREATE.finditer(data):

@@ -27,7 +27,6 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from gpudoctor.lint.model import Finding
-from gpudoctor.lint.shapetables import cpu_only_lines
 
 
 def module_name(path: str) -> tuple[str | None, bool]:
@@ -59,9 +58,17 @@ def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], suppressed
     files; `load`: path -> its PySource (parsed on demand), or None."""
     out: list[Finding] = []
     out += _attention(facts, codes)
-    out += _module_after_cast(facts, codes)
-    if modules is not None and load is not None:
-        out += _shapes(facts, codes, modules, load)
+    out += _module_after_cast(facts, codes, load)
+    if load is not None and any(f.size_calls or f.size_returns for f in facts.values()):
+        from gpudoctor.lint import valueflow
+
+        if modules is None:
+            modules = {}
+            for path in sorted(codes):
+                name = module_name(path)[0]
+                if name:
+                    modules.setdefault(name, path)
+        out += valueflow.resolve(facts, codes, modules, load)
     return [f for f in out if not suppressed(f)]
 
 
@@ -116,168 +123,44 @@ def _weighted_classes(facts: dict[str, Any]) -> set[str]:
     return {n for n in weighted if not classes[n][2]}
 
 
-def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]]) -> list[Finding]:
-    """A method that creates float32 modules, called on an object after it was cast: a finding
-    at each module it creates (the place to change), naming the call and the cast."""
+def weighted(facts: dict[str, Any]) -> set[str]:
+    """Classes with weights that do not cast their inputs to them, and builder functions that
+    return a new float32 module, over the project."""
+    return _weighted_classes(facts) | set().union(*(g.builders for g in facts.values()))
+
+
+def _module_after_cast(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
+                       load: Callable[[str], Any] | None = None) -> list[Finding]:
+    """A method that creates float32 modules, called on an object after it was cast (in the same
+    scope, or passed in or returned cast by the project's other functions: castflow.resolve): a
+    finding at each module it creates (the place to change), naming the call and the cast."""
     calls: dict[str, tuple[str, tuple]] = {}
     for path in sorted(facts):
         if "GPU011" in codes.get(path, ()):
             for entry in facts[path].after_cast:
                 calls.setdefault(entry[0], (path, entry))
+    if load is not None and any(f.creators for f in facts.values()):
+        from gpudoctor.lint import castflow
+
+        for path, entry in castflow.resolve(facts, codes, load):
+            calls.setdefault(entry[0], (path, entry))
     out: list[Finding] = []
     if not calls:
         return out
-    weighted: set[str] | None = None
+    table: set[str] | None = None
     for path, f in facts.items():
         if "GPU011" not in codes.get(path, ()):
             continue
         for method, created in f.creators.items():
             if method not in calls:
                 continue
-            where, (_, line, _, root, cast_line, recv) = calls[method]
+            where, (_, line, _, root, cast_line, recv, how) = calls[method]
             for finding, foreign in created:
                 if foreign is not None:
-                    weighted = _weighted_classes(facts) | set().union(*(g.builders for g in facts.values())) \
-                        if weighted is None else weighted
-                    if foreign not in weighted:
+                    table = weighted(facts) if table is None else table
+                    if foreign not in table:
                         continue
                 caller = (f"{recv}.{method}() is called at {where}:{line}, after {root} was cast to a lower "
-                          f"precision at line {cast_line}")
+                          f"precision " + (f"({how})" if how else f"at line {cast_line}"))
                 out.append(replace(finding, message=finding.message.replace("{caller}", caller)))
-    return out
-
-
-# --- GPU004: tensors of sizes handed across functions and modules ------------------------------------
-
-
-class _Project:
-    """The linted modules, parsed on demand, and the lookups of call targets among them."""
-
-    def __init__(self, modules: dict[str, str], codes: dict[str, tuple[str, ...]], load: Callable[[str], Any]):
-        self.modules, self.codes, self.load = modules, codes, load
-
-    def source(self, module: str):
-        path = self.modules.get(module)
-        if path is None or "GPU004" not in self.codes.get(path, ()):
-            return None
-        return self.load(path)
-
-    def split(self, qual: str) -> tuple[Any, list[str]] | None:
-        parts = qual.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            module = ".".join(parts[:i])
-            if module in self.modules:
-                src = self.source(module)
-                return (src, parts[i:]) if src is not None else None
-        return None
-
-    def class_info(self, qual: str):
-        from gpudoctor.lint import pyrules
-
-        found = self.split(qual)
-        if found is None or len(found[1]) != 1:
-            return None
-        info = pyrules.class_info(found[0], found[1][0])
-        return (found[0], info) if info is not None else None
-
-    def method(self, cls: str, name: str, skip_own: bool = False, depth: int = 0):
-        """(source, function node) of `name` looked up from class `cls` through its bases."""
-        found = self.class_info(cls) if depth < 8 else None
-        if found is None:
-            return None
-        src, (bases, methods, _) = found
-        if not skip_own and name in methods:
-            return src, methods[name]
-        for base in bases:
-            hit = self.method(base, name, False, depth + 1)
-            if hit is not None:
-                return hit
-        return None
-
-    def attribute_class(self, cls: str, attr: str, depth: int = 0) -> str | None:
-        found = self.class_info(cls) if depth < 8 else None
-        if found is None:
-            return None
-        _, (bases, _, ctors) = found
-        if attr in ctors:
-            return ctors[attr]
-        return next((c for c in (self.attribute_class(b, attr, depth + 1) for b in bases) if c), None)
-
-    def target(self, target: tuple[str, ...]):
-        """(source, function node, how many leading parameters the call does not pass)."""
-        from gpudoctor.lint import pyrules
-
-        kind = target[0]
-        if kind == "func":
-            found = self.split(target[1])
-            if found is None:
-                return None
-            src, rest = found
-            if len(rest) == 1:
-                fn = pyrules.function_node(src, rest[0])
-                return (src, fn, 0) if fn is not None else None
-            return None
-        if kind == "method":
-            hit = self.method(target[1], target[2])
-        elif kind == "super":
-            hit = self.method(target[1], target[2], skip_own=True)
-        elif kind == "attr":
-            cls = self.attribute_class(target[1], target[2])
-            hit = self.method(cls, "forward") if cls else None
-        else:
-            return None
-        return (hit[0], hit[1], 1) if hit is not None else None
-
-
-def _parameter(fn: Any, slot: int | str, skip: int) -> str | None:
-    args = [*fn.args.posonlyargs, *fn.args.args]
-    if isinstance(slot, int):
-        i = slot + skip
-        return args[i].arg if i < len(args) else None
-    names = {a.arg for a in args[skip:]} | {a.arg for a in fn.args.kwonlyargs}
-    return slot if slot in names else None
-
-
-def _shapes(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: dict[str, str],
-            load: Callable[[str], Any]) -> list[Finding]:
-    from gpudoctor.lint import pyrules
-
-    todo = []
-    for path in sorted(facts):
-        if "GPU004" in codes.get(path, ()):
-            for target, slot, rank, text, line, key in facts[path].size_calls:
-                what = "a row of a tensor of sizes" if rank == 1 else "a tensor of sizes"
-                todo.append((target, slot, rank, f"`{text}`, {what}, at {path}:{line}", (path, key)))
-    if not todo:
-        return []
-    project = _Project(modules, codes, load)
-    out: list[Finding] = []
-    followed: set[tuple[str, int]] = set()
-    seen: set[tuple[str, int, str, int]] = set()
-    while todo:
-        target, slot, rank, origin, key = todo.pop(0)
-        hit = project.target(target)
-        if hit is None:
-            continue
-        src, fn, skip = hit
-        param = _parameter(fn, slot, skip)
-        if param is None:
-            continue
-        if key is not None:
-            followed.add(key)
-        mark = (src.path, fn.lineno, param, rank)
-        if mark in seen:
-            continue
-        seen.add(mark)
-        findings, onward = pyrules.whatif(src, fn, param, rank, origin)
-        out += findings
-        cpu = cpu_only_lines(fn) if onward else set()
-        for t, sl, rk, text, line in onward:
-            if line in cpu:
-                continue  # the CPU reference path (`else:` of `if value.is_cuda:`): no kernel, no sync
-            todo.append((t, sl, rk, f"`{text}` handed on by {fn.name}() at {src.path}:{line}, which is {origin}", None))
-    for path, f in facts.items():
-        for key, finding in f.size_fallbacks.items():
-            if (path, key) not in followed:
-                out.append(finding)
     return out

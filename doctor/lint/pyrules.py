@@ -17,12 +17,12 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.lint import pyarch, rules
-from gpudoctor.lint import latemodules
+from gpudoctor.lint import latemodules, valueflow
 from gpudoctor.lint.latemodules import CASTS
 from gpudoctor.lint.model import DISPLAY_ONLY, SAFE, UNSAFE, Edit, Finding, Fix
 from gpudoctor.lint.pyflow import Interp
 from gpudoctor.lint.pyvalues import (AttentionEvent, FlashLayoutEvent, ShapeArgEvent, ShapeTensorEvent, TV,
-                                     ViewEvent)
+                                     ViewEvent, _REDUCTIONS)
 from gpudoctor.lint.pysource import PySource, call_name, dotted, finding, walk
 
 _STD_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LayerNorm|GroupNorm|RMSNorm|"
@@ -39,8 +39,11 @@ class Facts:
     # GPU011: method name -> what it creates and never converts: (finding at the assignment, the
     # class it builds when only the project knows whether that class has weights, or None)
     creators: dict[str, list[tuple[Finding, str | None]]] = field(default_factory=dict)
-    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver)
-    after_cast: list[tuple[str, int, int, str, int, str]] = field(default_factory=list)
+    # calls on an object after it was cast: (method, line, col, cast object, cast line, receiver,
+    # how the cast reached the scope: "" when it happened there)
+    after_cast: list[tuple[str, int, int, str, int, str, str]] = field(default_factory=list)
+    # GPU011: top-level functions of the file that return a cast object (absolute name -> line)
+    cast_returns: dict[str, int] = field(default_factory=dict)
     # GPU001: the functions and methods (by name) that return attention probabilities or raw
     # scores, and findings that hold only if a helper this file calls returns them:
     # (helper name, "probs" | "scores", the finding)
@@ -52,8 +55,14 @@ class Facts:
     # GPU004: tensors of sizes handed to the project's code: (callee, slot, rank, the value as
     # written, line, key), and the caller-side findings to report where the callee cannot be
     # followed (key -> finding)
-    size_calls: list[tuple[tuple[str, ...], int | str, int, str, int, int]] = field(default_factory=list)
+    size_calls: list[tuple[tuple[str, ...], int | str, tuple, str, int, int]] = field(default_factory=list)
     size_fallbacks: dict[int, Finding] = field(default_factory=dict)
+    # GPU004: the file's functions that return sizes (absolute name -> carried value,
+    # gpudoctor.lint.pyvalues), and the methods it rebinds with types.MethodType: (attribute,
+    # method, absolute name of the function bound in its place, the class whose self.<attribute>
+    # it is, when it is one)
+    size_returns: dict[str, tuple] = field(default_factory=dict)
+    rebinds: list[tuple[str, str, str, str | None]] = field(default_factory=list)
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
@@ -147,17 +156,8 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
     out: list[Finding] = []
     seen: set[tuple[int, int, str]] = set()
     deferred: dict[int, Finding] = {}  # id(value node) -> a caller-side finding the project pass decides on
-    if "GPU004" in codes and interp.calls:
-        classes = _class_of(src)
-        targets = {}
-        for c in interp.calls:
-            if c.seed is None and id(c.value) not in targets:
-                target = call_target(src, c.call, c.fn, classes)
-                targets[id(c.value)] = target
-                if target is not None:
-                    facts.size_calls.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno,
-                                             id(c.value)))
-        deferred = {k: None for k, t in targets.items() if t is not None}  # type: ignore[misc]
+    if "GPU004" in codes:
+        deferred = {k: None for k in valueflow.record(src, interp, facts, lambda n: _short(src, n, 40))}  # type: ignore[misc]
     for ev in _one_per_group(interp.events):
         f = None
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
@@ -207,87 +207,6 @@ def _one_per_group(events: list) -> list:
 
 
 # --- GPU004 across functions and modules (the project pass calls these) ---------------------------
-
-
-def _class_of(src: PySource) -> dict[int, ast.ClassDef]:
-    """id(method node) -> its class."""
-    return {id(m): cls for cls in src.classes for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-
-
-def call_target(src: PySource, call: ast.Call, fn: ast.AST | None, classes: dict[int, ast.ClassDef]) -> tuple[str, ...] | None:
-    """What a call refers to, in absolute names the project pass can look up: ("func", name),
-    ("method", class, name) for self.name(...), ("attr", class, name) for self.name(...) where
-    name is a submodule, ("super", class, name); None when this file cannot tell."""
-    func = call.func
-    cls = classes.get(id(fn)) if fn is not None else None
-    cls_name = f"{src.module}.{cls.name}" if cls is not None and src.module else None
-    if isinstance(func, ast.Name):
-        q = src.qualify(func.id)
-        return ("func", q) if q else None
-    if not isinstance(func, ast.Attribute):
-        return None
-    base = func.value
-    if isinstance(base, ast.Name) and base.id == "self" and cls_name:
-        own = any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == func.attr for m in cls.body)  # type: ignore[union-attr]
-        return ("method" if own else "attr", cls_name, func.attr)
-    if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super" and cls_name:
-        return ("super", cls_name, func.attr)
-    if isinstance(base, ast.Name):
-        q = src.qualify(base.id)
-        if q and not q.rsplit(".", 1)[-1][:1].isupper():
-            return ("func", f"{q}.{func.attr}")  # module.function
-    return None
-
-
-def class_info(src: PySource, name: str) -> tuple[tuple[str, ...], dict[str, ast.AST], dict[str, str]] | None:
-    """A top-level class of this file: its bases (absolute names), its methods, and the classes
-    its __init__ assigns to attributes (self.attn = Attention(...))."""
-    cls = next((c for c in src.tree.body if isinstance(c, ast.ClassDef) and c.name == name), None)
-    if cls is None:
-        return None
-    bases = []
-    for b in cls.bases:
-        root = dotted(b) or ""
-        head, _, rest = root.partition(".")
-        q = src.qualify(head) if head else None
-        if q:
-            bases.append(f"{q}.{rest}" if rest else q)
-    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    ctors: dict[str, str] = {}
-    init = methods.get("__init__")
-    if init is not None:
-        for st in src.scope_statements(init):
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Call) and \
-                    isinstance(st.value.func, ast.Name):
-                key = dotted(st.targets[0]) or ""
-                q = src.qualify(st.value.func.id)
-                if key.startswith("self.") and key.count(".") == 1 and q:
-                    ctors[key[5:]] = q
-    return tuple(bases), methods, ctors
-
-
-def function_node(src: PySource, name: str) -> ast.AST | None:
-    return next((f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name),
-                None)
-
-
-def whatif(src: PySource, fn: ast.AST, param: str, rank: int, origin: str):
-    """Interpret one function as if `param` were a tensor of sizes (rank 2) or a row of one (rank
-    1), handed over by a caller described by `origin`: the GPU004 findings that follows (at each
-    binding) and the calls that hand it on: [(target, slot, rank, value text, line)]."""
-    interp = Interp(src)
-    interp.fn_seeds[id(fn)] = {param: TV(rank=rank, sizes=True, seed=param)}
-    interp.run(lambda f: f is fn)
-    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events)
-                if isinstance(ev, ShapeTensorEvent) and ev.seed == param]
-    classes = _class_of(src)
-    onward = []
-    for c in interp.calls:
-        if c.seed == param and c.fn is fn:
-            target = call_target(src, c.call, fn, classes)
-            if target is not None:
-                onward.append((target, c.slot, c.rank, _short(src, c.value, 40), c.value.lineno))
-    return findings, onward
 
 
 def _fn_params(fn: ast.AST) -> set[str]:
@@ -492,6 +411,14 @@ def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | Non
     tensor = _short(src, ev.unpacked, 40)
     use = _short(src, ev.use, 40)
     where = f" (line {ev.use.lineno})" if ev.use.lineno != ev.unpacked.lineno else ""  # type: ignore[attr-defined]
+    reduced = isinstance(ev.unpacked, ast.Call) and call_name(ev.unpacked) in _REDUCTIONS
+    if reduced and origin is None:
+        message = (f"`{tensor}` reduces a tensor of sizes to a 0-d tensor: `{use}`{where} uses it as a number (on CUDA "
+                   f"a kernel, and converting it synchronises, which is where an earlier asynchronous error such as "
+                   f"'misaligned address' gets reported); take it as a Python int once with .item()")
+        fix = Fix(UNSAFE, f"`{tensor}.item()` (a Python int)", (Edit(src.span(ev.unpacked)[1], src.span(ev.unpacked)[1],
+                                                                     ".item()"),))
+        return finding(src, ev.unpacked, "GPU004", message, fix)
     if origin is None:
         message = (f"shape values taken from the tensor `{tensor}` are 0-d tensors: `{use}`{where} runs tensor ops "
                    f"(on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "

@@ -58,6 +58,7 @@ class PySource:
         self.module = module
         self.is_package = is_package
         self.relative: dict[str, str] = {}  # local name -> absolute name of a relative import
+        self.local_relative: dict[str, str] = {}  # the same, for relative imports inside functions
         self.lines = text.splitlines(keepends=True)
         self.newline = "\r\n" if "\r\n" in text[:4096] else "\n"
         self._starts: list[int] | None = None
@@ -103,6 +104,8 @@ class PySource:
                             self._conflicts.add(a.asname or a.name)
                             if base is not None and scope is self.tree:
                                 self.relative[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+                            elif base is not None:  # inside a function (an optional import)
+                                self.local_relative.setdefault(a.asname or a.name, f"{base}.{a.name}" if base else a.name)
             elif t in (ast.FunctionDef, ast.AsyncFunctionDef):
                 self.functions.append(s)  # type: ignore[arg-type]
                 self._index(s.body, s)  # type: ignore[attr-defined]
@@ -144,6 +147,11 @@ class PySource:
                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))):
             return f"{self.module}.{name}"
         return None
+
+    def qualify_anywhere(self, name: str) -> str | None:
+        """`qualify`, or else what a relative import inside one of the file's functions binds the
+        name to (`from .distributed import sp_forward` under `if use_sp:`)."""
+        return self.qualify(name) or self.local_relative.get(name)
 
     def _bind_import(self, local: str, qual: str, scope: Scope) -> None:
         """Two imports of one name (try: from flash_attn.flash_attn_interface import f / except:

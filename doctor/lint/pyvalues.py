@@ -130,6 +130,75 @@ class IterV:
     elem: Any
 
 
+@dataclass(frozen=True)
+class DictV:
+    """A dict literal, dict(...) or a dict filled key by key: its string keys and their values
+    (followed into `f(**d)`, `d["k"]`)."""
+
+    items: tuple[tuple[str, Any], ...] = ()
+
+    def get(self, key: str) -> Any:
+        return next((v for k, v in self.items if k == key), None)
+
+    def set(self, key: str, value: Any) -> "DictV":
+        return DictV(tuple((k, v) for k, v in self.items if k != key) + ((key, value),))
+
+
+# --- values that cross functions ----------------------------------------------------------------
+#
+# What the project pass carries from a caller to a callee (an argument), from a callee to its
+# callers (a return value) or between methods (an attribute of self): the part of an abstract
+# value GPU004 needs, without ast nodes, so that it pickles and compares cheaply.
+#   ("t", r)                  a tensor of sizes of rank r (2: a table, 1: a row, 0: one element)
+#   ("l", inner)              a list or tuple whose every element is `inner`
+#   ("d", ((key, inner), ...)) a dict holding those entries
+Carried = tuple
+
+
+def export(v: Any, depth: int = 0) -> Carried | None:
+    """The carried form of an abstract value, or None when it holds no sizes."""
+    if depth > 3:
+        return None
+    if isinstance(v, TV):
+        return ("t", v.rank) if v.sizes and v.rank in (0, 1, 2) else None
+    if isinstance(v, TupleV) and v.items:
+        inner = [export(i, depth + 1) for i in v.items]
+        if inner[0] is not None and all(i == inner[0] for i in inner):
+            return ("l", inner[0])
+        return None
+    if isinstance(v, DictV):
+        entries = tuple((k, c) for k, c in ((k, export(i, depth + 1)) for k, i in v.items) if c is not None)
+        return ("d", entries) if entries else None
+    return None
+
+
+def materialise(c: Carried, seed: str | None, node: ast.AST | None) -> Any:
+    """The abstract value of a carried one, as received by a parameter (`seed`: its name, so that
+    what follows from it is told from what the callee makes itself) or returned at the call
+    `node` (its 0-d elements are reported there)."""
+    kind, inner = c
+    if kind == "t":
+        if inner == 0:
+            return TV(rank=0, scalar_of=node, seed=seed)
+        return TV(rank=inner, sizes=True, seed=seed)
+    if kind == "l":
+        return TupleV((materialise(inner, seed, node),), homogeneous=True)
+    return DictV(tuple((k, materialise(i, seed, node)) for k, i in inner))
+
+
+def describe(c: Carried) -> str:
+    """`a row of a tensor of sizes`: a carried value in words, for messages."""
+    kind, inner = c
+    if kind == "t":
+        return {2: "a tensor of sizes", 1: "a row of a tensor of sizes", 0: "a 0-d tensor of sizes"}[inner]
+    if kind == "l":
+        if inner[0] == "t":
+            return {2: "a list of tensors of sizes", 1: "a list of rows of sizes held as tensors",
+                    0: "a list of 0-d tensors of sizes"}[inner[1]]
+        return "a list holding sizes as tensors"
+    return "a dict holding " + ", ".join(f"{describe(i)} under '{k}'" for k, i in inner)
+
+
 # --- events the rules turn into findings ------------------------------------------------------
 
 
@@ -152,18 +221,19 @@ class AttentionEvent:  # GPU001
 @dataclass(frozen=True)
 class ShapeTensorEvent:  # GPU004, arithmetic on 0-d size tensors
     use: ast.AST
-    unpacked: ast.AST  # the size-tensor expression that was unpacked
+    unpacked: ast.AST  # the size-tensor expression that was unpacked (or reduced: seq_lens.max())
     seed: str | None = None  # the seeded parameter it came from (project pass)
 
 
 @dataclass(frozen=True)
-class SizeCall:  # a tensor of sizes (rank 2) or a row of one (rank 1) passed to a call
+class SizeCall:  # sizes held as tensors (a table, a row, a list of them) passed to a call
     call: ast.Call
     slot: int | str  # positional index or keyword
-    rank: int
+    carried: Carried
     value: ast.expr
     seed: str | None  # the seeded parameter it came from, or None for a tensor made here
     fn: ast.AST | None  # the function making the call
+    shown: str | None = None  # how to name the value when `value` is not it (`**kwargs`)
 
 
 @dataclass(frozen=True)
@@ -201,9 +271,49 @@ _FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q", 
           "flash_attn_with_kvcache": ("q",)}
 _SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
 _INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
+# Reductions of a tensor of sizes: with no dim, a 0-d tensor (`seq_lens.max()`).
+_REDUCTIONS = {"max", "min", "sum", "prod", "amax", "amin"}
 
 
 _MISSING = object()
+
+
+def join_values(values: list[Any]) -> Any:
+    """The join of the values a name holds on several paths (None: unknown). Tensors join as
+    `_join_tv` says; tensors of sizes of one rank stay tensors of sizes; a list still empty on
+    one path and holding sizes on another holds sizes; dicts join key by key."""
+    first = values[0]
+    if all(v == first for v in values[1:]):
+        return first
+    if all(isinstance(v, TV) for v in values):
+        if all(v.sizes for v in values) and all(v.rank == first.rank for v in values):
+            return TV(rank=first.rank, sizes=True, seed=next((v.seed for v in values if v.seed), None),
+                      layouts=first.layouts if all(v.layouts == first.layouts for v in values) else None)
+        if all(v.rank == 0 and v.scalar_of is not None for v in values):
+            return TV(rank=0, scalar_of=first.scalar_of, seed=next((v.seed for v in values if v.seed), None))
+        joined = _join_tv(values)
+        if joined is None and first.attn and all(v.attn == first.attn and v.attn_origin is first.attn_origin and
+                                                  v.cond == first.cond for v in values):
+            # the same score matrix on every path (biased on one: `if rel_pos: attn = add_rel_pos(attn)`)
+            return TV(rank=first.rank if all(v.rank == first.rank for v in values) else None, attn=first.attn,
+                      attn_origin=first.attn_origin, cond=first.cond)
+        return joined
+    if all(isinstance(v, TupleV) for v in values):
+        full = [v for v in values if v.items]
+        if full and all(v.homogeneous for v in full):
+            inner = join_values([v.items[0] for v in full])
+            return TupleV((inner,), homogeneous=True) if inner is not None else None
+        return None
+    if all(isinstance(v, DictV) for v in values):
+        keys = sorted({k for v in values for k, _ in v.items})
+        out = []
+        for k in keys:
+            present = [v.get(k) for v in values if any(kk == k for kk, _ in v.items)]
+            joined = join_values(present) if all(p is not None for p in present) else None
+            if joined is not None:
+                out.append((k, joined))
+        return DictV(tuple(out))
+    return None
 
 
 def _join_tv(values: list[Any]) -> TV | None:

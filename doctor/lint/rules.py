@@ -77,7 +77,13 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 # given a subscript.
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
-           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[")
+           rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[",
+           # a reduction of one (`seq_lens.max()`)
+           rb"\.(?:max|min|sum|prod|amax|amin)\(\)",
+           # sizes put in a dict of keyword arguments for `**kwargs` (`dict(grid_sizes=...)`, `{"grid_sizes": ...}`)
+           rb"(?:sizes|shapes)[\"']?[ \t]*[=:][ \t]*[\w\"'(]",
+           # or returned to the caller
+           rb"^[ \t]*return[ \t]+(?:torch\.(?:stack|tensor|as_tensor)\(|\w*(?:size|shape|grid|lens)\w*[ \t]*$)")
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -214,11 +220,15 @@ RULES: tuple[Rule, ...] = (
         what=(
             "Names unpacked from (or iterated over) a 1-D tensor of sizes, such as "
             "`N_t, N_h, N_w = grid_sizes[0]` where grid_sizes = torch.stack([torch.tensor(u.shape[2:]) ...]), "
-            "then multiplied, added or used as sizes before int() or .tolist(), reported at the binding "
-            "(one finding per group of bindings). The tensor is followed into the functions of other "
-            "modules it is handed to (imports, submodule classes, super()), and the finding there names "
-            "the caller; a shape= argument given a row of such a tensor is reported at the call only where "
-            "the callee cannot be followed."
+            "or a reduction of one (`seq_lens.max()`, `.sum()`), then multiplied, added or used as sizes "
+            "(a new tensor's, range(), a slice bound) before int(), .item() or .tolist(), reported at the "
+            "binding or the reduction (one finding per group of bindings). The sizes are followed through "
+            "lists and dicts of them, per-sample subscripts and loop variables (`f, h, w = sizes[i]`), "
+            "attributes of self (stored in __init__, read in forward), what the project's functions return, "
+            "and into the functions of other modules they are handed to (imports, submodule classes, the "
+            "elements of a ModuleList, `**kwargs`, super(), forwards rebound with types.MethodType); the "
+            "finding there names the caller. A shape= argument given a row of such a tensor is reported at "
+            "the call only where the callee cannot be followed."
         ),
         why=(
             "Each element is a 0-d tensor: on a CUDA tensor every operation on it is a kernel launch and "
@@ -236,9 +246,11 @@ RULES: tuple[Rule, ...] = (
             "CUDA_LAUNCH_BLOCKING=1 to find the kernel that really failed."
         ),
         near_misses=(
-            "Unpacking x.shape (ints), iterating grid_sizes.tolist(), converting with int() before "
-            "any arithmetic, unpacking tuples of tensors (torch.chunk), and callees in other modules that "
-            "convert what they receive (shape.tolist()) or receive x.shape (ints) do not fire."
+            "Unpacking x.shape (ints), iterating grid_sizes.tolist(), converting with int() or .item() "
+            "before any arithmetic, comparing a reduction (assert seq_lens.max() <= seq_len), unpacking "
+            "tuples of tensors (torch.chunk), integer tensors that are not sizes (token ids), and callees "
+            "in other modules that convert what they receive (shape.tolist()) or receive x.shape (ints) do "
+            "not fire."
         ),
     ),
     Rule(
@@ -497,15 +509,15 @@ RULES: tuple[Rule, ...] = (
                   # a builder function of the project (build_projector) and a method that calls one
                   rb"return[ \t]+(?:nn|torch\.nn)\.[A-Z]", rb"self\.\w+\s*=\s*\w*(?:build|make|create)_\w*\("),),
         what=(
-            "In one function, after `model.to(dtype)` / `.half()` / `.bfloat16()` converted a module, a "
-            "new nn module or nn.Parameter is assigned as an attribute of it (model.head = nn.Linear(...)) "
-            "without a dtype= argument and is never converted afterwards. Also a method other than "
-            "__init__ (and not called from __init__) of an nn.Module class that adds float32 submodules "
-            "or parameters with no dtype/device and no .to() afterwards (an enable_*_mode() that runs "
-            "after the pipeline cast the model), when another module calls it on an object after "
-            "casting it (from_pretrained(torch_dtype=...), .to(dtype), .half()): reported at each "
-            "creation, naming the call and the cast. Classes of other modules count by what the "
-            "project's class table says of them (weights of their own, of a base, or of a class they build)."
+            "After a module was cast (`.to(dtype)`, `.half()`, `.bfloat16()`, from_pretrained(torch_dtype=...); "
+            "also when it arrives through a parameter, an attribute of self or a project function's return), "
+            "a new nn module or nn.Parameter without dtype= is added to it by any means (an attribute, "
+            "model[3] = ..., append, insert, extend, add_module, register_module, register_parameter, update, "
+            "setattr) and never converted. Also a method other than __init__ (and not called from it) that adds "
+            "float32 submodules or parameters to self (an enable_*_mode(), with the helpers it calls), when "
+            "another module calls it on an object after casting it: reported at each creation, naming the call "
+            "and the cast. Classes of other modules count by the project's class table (weights of their own, "
+            "of a base or of a class they build; not a class that casts its inputs to its weights)."
         ),
         why=(
             "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "
@@ -516,8 +528,10 @@ RULES: tuple[Rule, ...] = (
         fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
         fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
         near_misses=(
-            "Modules converted later with module.to(...) (in place), classes that cast their inputs to "
-            "their weights, classes without weights, "
+            "Modules converted later with module.to(...) (in place, or item by item: "
+            "self.blocks[i] = block.to(...)), Parameters converted through .data, classes that cast their "
+            "inputs to their weights (a class casting one of its own parameters to the input still "
+            "fires), classes without weights, objects reassigned to something else after the cast, "
             "modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
             "modules converted later in the same function, and casts to float32 do not fire."
         ),

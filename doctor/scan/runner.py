@@ -455,6 +455,17 @@ class _Scan:
         return {"status": Status.CRASHED, "summary": f"a fresh worker {ended_how(code)} while importing "
                 f"torch ({event})", "stderr_tail": worker.stderr_tail(), "exit_code": code[0], "signal": code[1]}
 
+    def torch_missing_steps(self, error: str) -> tuple[str, ...]:
+        """The steps for this machine when torch is simply not installed in the target interpreter
+        (the entry's list covers every other cause, and stays one command away)."""
+        if "No module named 'torch'" not in error:
+            return ()
+        return (f"torch is not installed in {self.python}: scan the environment that has it "
+                "(`gpudoctor scan --python /path/to/that/bin/python`), or install torch there: on a "
+                "machine with an NVIDIA GPU the line https://pytorch.org/get-started/locally/ gives for "
+                "its CUDA version, elsewhere the CPU build, `python -m pip install torch numpy "
+                "--index-url https://download.pytorch.org/whl/cpu`",)
+
     def torch_import_result(self) -> ProbeResult | None:
         failure = self.torch_failure
         if failure is None:
@@ -466,7 +477,8 @@ class _Scan:
             status=Status.FAIL, summary=f"torch cannot be imported in {self.python}: {first}",
             details={"python": self.python, "error": failure["summary"], "how": failure["how"]},
             findings=[Finding(TORCH_IMPORT_KB, protocol.cut(first, protocol.SUMMARY_MAX),
-                              tuple(protocol.cut_tail(e, protocol.TEXT_MAX) for e in evidence))],
+                              tuple(protocol.cut_tail(e, protocol.TEXT_MAX) for e in evidence),
+                              steps=self.torch_missing_steps(first))],
             exit_code=failure.get("exit_code"), signal=failure.get("signal"),
             stderr_tail=failure.get("traceback"))
 
@@ -526,9 +538,9 @@ class _Scan:
     def _place(self, task: _Task) -> None:
         """Decide where the task runs, or that it does not run at all (preset skip)."""
         if task.needs_torch and self.torch_failure is not None:
+            # The error itself is torch-import's (one cause, one finding): not repeated per probe.
             task.preset = {"status": Status.SKIPPED, "summary": (
-                f"torch could not be imported in {self.python} (see {TORCH_IMPORT_PROBE}): "
-                + self.torch_failure["summary"].splitlines()[0])}
+                f"torch could not be imported in {self.python} (see {TORCH_IMPORT_PROBE})")}
         elif self.cuda_missing is not None and task.needs_torch and _is_cuda(task.device):
             if CUDA_UNAVAILABLE_KB in task.entry["emits"]:
                 task.note = self.cuda_missing  # it runs on the CPU to say why CUDA is unusable

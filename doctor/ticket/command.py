@@ -167,9 +167,9 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         # source) replace the entry's generic list in every part of the ticket.
         ticket.attach_scan(record, *_scan(result.argv, diagnosis, python, quiet), redactor=redactor)
     if not quiet:
-        from rich.console import Console
+        from gpudoctor.output import stderr_console
 
-        ticket.render_text(record, Console(stderr=True, highlight=False), verbose=verbose)
+        ticket.render_text(record, stderr_console(), verbose=verbose)
     if bundle is not None:
         try:
             folder, new_sub, files = ticket.write_bundle(bundle, record)

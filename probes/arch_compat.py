@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from gpudoctor.scan import fatbin
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, counted, error_text
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, counted, error_text
 
 SPEC = ProbeSpec(
     id="arch-compat",
@@ -44,6 +44,7 @@ SPEC = ProbeSpec(
         "Reads torch's arch list and the fatbinary of every CUDA extension (xformers, flash_attn, "
         "sageattention, bitsandbytes, torch extensions, ...) and predicts no-kernel-image."
     ),
+    runs_on_cpu=False,
 )
 
 # Packages known to ship CUDA kernels, as glob patterns relative to a site-packages folder. Their
@@ -411,7 +412,7 @@ def _verdict(
 ) -> Outcome:
     sm = fatbin.capability_name(capability)
     gpu_line = f"GPU {gpu or '?'} ({device}), compute capability {_capability_text(capability)}"
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
 
     def coverage(lib: dict[str, Any]) -> fatbin.Coverage:
         return fatbin.coverage(_targets(lib["sass"] + lib["ptx"]), capability)
@@ -432,7 +433,7 @@ def _verdict(
         runs = ", ".join(fatbin.supported_capabilities(targets)) or "no known GPU"
         evidence = (gpu_line, where, f"carries {carries}", f"runs on {runs}")
         if cov.verdict == "none" and package in covered:
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 "no-kernel-image",
                 f"{name} has no code for {sm}: it carries {carries}; the rest of {package} runs "
                 f"here, the calls into this library fail with no-kernel-image",
@@ -440,13 +441,13 @@ def _verdict(
                 severity="warning",
             ))
         elif cov.verdict == "none":
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 "no-kernel-image",
                 f"{name} has no code for {sm}: it carries {carries}",
                 evidence,
             ))
         elif cov.verdict == "jit":
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 "no-kernel-image",
                 f"{name} has no SASS for {sm}: it runs only by JIT-compiling {cov.jit} PTX "
                 f"(slow first calls; fails if the driver is older than the PTX)",

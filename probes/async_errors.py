@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status
 
 SPEC = ProbeSpec(
     id="async-errors",
@@ -150,15 +150,15 @@ def classify_cuda_error(text: str) -> ErrorClass:
     )
 
 
-def environment_checks(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Finding]]:
+def environment_checks(env: Mapping[str, str]) -> tuple[dict[str, Any], list[ProbeFinding]]:
     """The debugging switches as the user has set them, and what is wrong with them."""
     keys = ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA", "PYTORCH_USE_CUDA_DSA",
             "PYTORCH_CUDA_DSA_STACKTRACING")
     seen = {k: env.get(k) for k in keys}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     if env.get("TORCH_USE_CUDA_DSA") is not None:
         findings.append(
-            Finding(
+            ProbeFinding(
                 "device-side-assert",
                 "TORCH_USE_CUDA_DSA is set at runtime, where it does nothing: it is a build-time "
                 "(CMake) flag, and release wheels are built without it",
@@ -293,7 +293,7 @@ def run(ctx: ProbeContext) -> Outcome:
     )
     if blocking["error_stage"] != "launch":
         findings.append(
-            Finding(
+            ProbeFinding(
                 "async-error-reporting",
                 f"on {ctx.device} even with CUDA_LAUNCH_BLOCKING=1 a failing kernel is reported at "
                 f"`{blocking['error_stage']}`, not at its launch: the usual way to find the failing "

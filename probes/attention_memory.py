@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from gpudoctor.probes import _attention as att
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, error_text
 
 SPEC = ProbeSpec(
     id="attention-memory",
@@ -149,7 +149,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     peaks: dict[str, list[int]] = {"naive": [], "sdpa": []}
     seq_lens = SEQ_LENS if ctx.is_cuda else CPU_SEQ_LENS
     errors: dict[str, float] = {}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     try:
         if ctx.is_cuda:
             warm_up(torch, ctx.device, dtype)
@@ -171,7 +171,7 @@ def _run(ctx: ProbeContext) -> Outcome:
         att.free(torch, ctx.device, ctx.poisoned(text))
         kb_id = att.classify_kernel_error(text) or "cuda-oom"
         return Outcome(Status.FAIL, f"attention workload failed: {text.splitlines()[0]}",
-                       {"error": text, "method": method}, [Finding(kb_id, text.splitlines()[0], (text,))])
+                       {"error": text, "method": method}, [ProbeFinding(kb_id, text.splitlines()[0], (text,))])
 
     ns = list(seq_lens)
     exponents = {name: round(fit_power(ns, p), 3) for name, p in peaks.items()}
@@ -218,7 +218,7 @@ def _run(ctx: ProbeContext) -> Outcome:
         }
         if total and naive_peak + io > total:
             status = Status.WARN
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 "attention-oom",
                 f"naive attention for B,H,N,D={b},{h},{n},{d} needs ~{att.fmt_bytes(naive_peak + io)}; "
                 f"this device has {att.fmt_bytes(total)}",

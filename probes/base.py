@@ -49,10 +49,15 @@ class ProbeSpec:
     isolated: bool = False  # deliberately poisons the CUDA context: gets a worker of its own
     gpu_memory_mib: int = 512  # budget; the runner skips the probe when the GPU has less free
     description: str = ""
+    # False for a probe that judges CUDA itself (its runtime, kernel images, CUDA-only kernels):
+    # on another device it has nothing to run and skips with its reason. Documentation and tests
+    # read it (the probe table in docs/scan.md; which probes a healthy CPU machine passes); the
+    # worker does not: a probe decides at run time, from `ctx.is_cuda`, what it can do.
+    runs_on_cpu: bool = True
 
 
 @dataclass(frozen=True)
-class Finding:
+class ProbeFinding:
     """One diagnosed problem: a knowledge-base id, a one-line cause, and the evidence for it
     (exact exception texts, shapes, dtypes, strides, backends). `steps`, when the probe knows
     which of the entry's causes this is, are the fix for this machine: shown instead of the
@@ -76,6 +81,10 @@ class Finding:
         return out
 
 
+# The name that probe files written against 0.2 import (plugins, `--probe-file`).
+Finding = ProbeFinding
+
+
 @dataclass
 class Outcome:
     """What `run` returns. `details` must be JSON-serialisable (str, int, float, bool, None, lists
@@ -84,7 +93,7 @@ class Outcome:
     status: Status
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ProbeFinding] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {

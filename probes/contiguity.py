@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, error_text
 
 SPEC = ProbeSpec(
     id="contiguity",
@@ -68,10 +68,10 @@ def read_raw(torch: Any, t: Any, n: int) -> Any:
     return torch.as_strided(t, (n,), (1,)).to("cpu", copy=True)
 
 
-def _view_cases(torch: Any, device: str) -> tuple[list[dict[str, Any]], list[Finding]]:
+def _view_cases(torch: Any, device: str) -> tuple[list[dict[str, Any]], list[ProbeFinding]]:
     """`.view` on transposed / permuted attention tensors, then the two documented fixes."""
     cases: list[dict[str, Any]] = []
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     base = torch.arange(_B * _N * _H * _D, dtype=torch.float32).reshape(_B, _N, _H, _D)
     x = base.to(device)
     layouts = {
@@ -104,7 +104,7 @@ def _view_cases(torch: Any, device: str) -> tuple[list[dict[str, Any]], list[Fin
             case["raised"] = None
             case["view_numbers_wrong"] = wrong
             findings.append(
-                Finding(
+                ProbeFinding(
                     kb_id="view-stride",
                     summary=f".view{tuple(target)} on a non-contiguous tensor ({name}) did not raise"
                     + (" and returned wrong numbers" if wrong else ""),
@@ -125,7 +125,7 @@ def _view_cases(torch: Any, device: str) -> tuple[list[dict[str, Any]], list[Fin
                 case[f"{key}_error"] = error_text(exc)
             if not ok:
                 findings.append(
-                    Finding(
+                    ProbeFinding(
                         kb_id="view-stride",
                         summary=f"{fix_name} of a {name} tensor gave wrong numbers on {device}",
                         evidence=(
@@ -152,9 +152,9 @@ def _rowmajor(torch: Any, t: Any) -> Any:
     return torch.tensor(flat, dtype=t.dtype)
 
 
-def _raw_reader_case(torch: Any, device: str) -> tuple[dict[str, Any], list[Finding]]:
+def _raw_reader_case(torch: Any, device: str) -> tuple[dict[str, Any], list[ProbeFinding]]:
     """An extension-style reader fed a transposed tensor vs its `.contiguous()` copy."""
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     rows, cols = 6, 10
     # Fresh, distinct, non-zero values: a reader that returns stale memory or zeros cannot agree.
     src = torch.randn(rows, cols, dtype=torch.float32) + 3.0
@@ -179,7 +179,7 @@ def _raw_reader_case(torch: Any, device: str) -> tuple[dict[str, Any], list[Find
     }
     if not case["transposed_reads_memory_order"]:
         findings.append(
-            Finding(
+            ProbeFinding(
                 kb_id="noncontiguous-kernel-input",
                 summary=f"data_ptr() of a transposed tensor does not hold its base's memory on {device}",
                 evidence=(f"shape={_shape(t)} stride={_strides(t)}",),
@@ -187,7 +187,7 @@ def _raw_reader_case(torch: Any, device: str) -> tuple[dict[str, Any], list[Find
         )
     if not case["contiguous_copy_reads_logical_order"] or case["contiguous_shares_storage"]:
         findings.append(
-            Finding(
+            ProbeFinding(
                 kb_id="noncontiguous-kernel-input",
                 summary=f".contiguous() of a transposed tensor is not a row-major copy on {device}",
                 evidence=(

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gpudoctor.probes import _attention as att
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text, skipped
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, error_text, skipped
 
 SPEC = ProbeSpec(
     id="cuda-runtime",
@@ -24,6 +24,7 @@ SPEC = ProbeSpec(
     emits=("cuda-unavailable", "driver-too-old", "no-kernel-image"),
     gpu_memory_mib=64,
     description="Creates a CUDA context, allocates, launches a tiny kernel and checks its result.",
+    runs_on_cpu=False,
 )
 
 # Most specific first: the driver texts also contain generic words such as "CUDA".
@@ -214,10 +215,10 @@ def _run(ctx: ProbeContext) -> Outcome:
         steps = fix_steps(torch, reason, driver) if kb_id == "cuda-unavailable" else ()
         if explicit_cuda:
             return Outcome(Status.FAIL, f"CUDA is unusable: {reason}", details,
-                           [Finding(kb_id, reason, tuple(evidence), steps=steps)])
+                           [ProbeFinding(kb_id, reason, tuple(evidence), steps=steps)])
         # `auto`: the scan ran on the CPU instead; worth knowing, not an error of this machine.
         return Outcome(Status.WARN, f"CUDA is unusable, the scan ran on {ctx.device}: {reason}", details,
-                       [Finding(kb_id, reason, tuple(evidence), severity="warning", steps=steps)])
+                       [ProbeFinding(kb_id, reason, tuple(evidence), severity="warning", steps=steps)])
 
     details: dict[str, Any] = {"requested_device": requested, **env}
     with att.capture() as said:
@@ -233,7 +234,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     if freed:
         details["empty_cache_error"] = freed
     texts = [t for t in (failure, *said.warnings) if t]
-    findings = [Finding(kb, t.splitlines()[0], (t, f"device {ctx.device}",
+    findings = [ProbeFinding(kb, t.splitlines()[0], (t, f"device {ctx.device}",
                                                f"arch list {details.get('arch_list')}",
                                                f"capability {details.get('capability')}"))
                 for t in texts for kb in [classify(t)] if kb]

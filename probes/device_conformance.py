@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, error_text
 
 SPEC = ProbeSpec(
     id="device-conformance",
@@ -362,7 +362,7 @@ def run(ctx: ProbeContext) -> Outcome:
             details,
         )
     findings = [
-        Finding(
+        ProbeFinding(
             kb_id="custom-allocator",
             summary=f"{r.name}: {ctx.device} differs from the CPU",
             evidence=tuple(r.problems),

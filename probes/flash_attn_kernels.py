@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from gpudoctor.probes import _attention as att
-from gpudoctor.probes.base import Finding, Outcome, ProbeContext, ProbeSpec, Status, error_text, skipped
+from gpudoctor.probes.base import ProbeFinding, Outcome, ProbeContext, ProbeSpec, Status, error_text, skipped
 
 SPEC = ProbeSpec(
     id="flash-attn",
@@ -37,6 +37,7 @@ SPEC = ProbeSpec(
     description="Runs FlashAttention-2's and FlashAttention-4's flash_attn_func against an fp64 reference "
                 "on fp16/bf16 and several head dims (FA4: compile time apart from kernel time), and shows "
                 "the (B, H, N, D) layout pitfall.",
+    runs_on_cpu=False,
 )
 
 HEAD_DIMS = (64, 128, 256)
@@ -211,7 +212,7 @@ def _run(ctx: ProbeContext) -> Outcome:
                        "nor FlashAttention-4 is installed", path=[str(p) for p in getattr(fa, "__path__", [])])
 
     details: dict[str, Any] = {}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     statuses: list[Status] = []
     summaries: list[str] = []
     poisoned = ""
@@ -253,7 +254,7 @@ def _run_fa2(ctx: ProbeContext, fa: Any, failure: str, said: list[str]) -> Outco
         details["error"] = failure
         kb = classify(failure) or "flash-attn-unsupported"
         return Outcome(Status.FAIL, f"importing flash_attn failed: {failure.splitlines()[0][:160]}", details,
-                       [Finding(kb, "flash_attn does not import against this torch",
+                       [ProbeFinding(kb, "flash_attn does not import against this torch",
                                 (failure, f"torch {torch.__version__}"))])
     version = str(getattr(fa, "__version__", "unknown"))
     details["version"] = version
@@ -290,7 +291,7 @@ def _run_fa2(ctx: ProbeContext, fa: Any, failure: str, said: list[str]) -> Outco
         kb_id = classify(cell["text"])
         if kb_id and first not in seen:
             seen.add(first)
-            findings.append(Finding(kb_id, f"flash_attn_func failed: {first[:160]}",
+            findings.append(ProbeFinding(kb_id, f"flash_attn_func failed: {first[:160]}",
                                     (cell["text"], f"dtype {cell['dtype']}, head_dim {cell['head_dim']}, "
                                      f"causal {cell['causal']}, shape (B,N,H,D)=({BATCH},{SEQ},{HEADS},"
                                      f"{cell['head_dim']})", f"flash_attn {version}, torch {torch.__version__}")))
@@ -371,7 +372,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
         details["error"] = failure
         kb = classify(failure) or "flash-attn-unsupported"
         return Outcome(Status.FAIL, f"FA4: importing flash_attn.cute failed: {failure.splitlines()[0][:160]}",
-                       details, [Finding(kb, "flash_attn.cute (FlashAttention-4) does not import",
+                       details, [ProbeFinding(kb, "flash_attn.cute (FlashAttention-4) does not import",
                                          (failure, f"torch {torch.__version__}"))])
     version = _fa4_version(fa4)
     details["version"] = version
@@ -419,7 +420,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
     if freed:
         details["empty_cache_error"] = freed
 
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     seen: set[str] = set()
     for cell in cells:
         expected_fp32 = cell["status"] == "refused" and cell["dtype"] == "float32"
@@ -429,7 +430,7 @@ def _run_fa4(ctx: ProbeContext, fa4: Any, failure: str, said: list[str], poisone
         kb_id = classify(cell["text"])
         if kb_id and first not in seen:
             seen.add(first)
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 kb_id, f"FA4 flash_attn_func {'declined' if cell['status'] == 'refused' else 'failed'}: {first[:160]}",
                 (cell["text"], f"dtype {cell['dtype']}, head_dim {cell['head_dim']}, causal {cell['causal']}, "
                  f"shape (B,N,H,D)=({BATCH},{SEQ},{HEADS},{cell['head_dim']})",

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.probes.base import (
-    Finding,
+    ProbeFinding,
     Outcome,
     ProbeContext,
     ProbeSpec,
@@ -211,7 +211,7 @@ def _run(ctx: ProbeContext) -> Outcome:
 
     call, form = scaled_mm_caller(torch)
     details: dict[str, Any] = {"shape_mkn": [M, K, N], "fp8_dtype": "float8_e4m3fn", "scaled_mm_form": form}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     capability = _capability(torch, ctx.device)
     if capability is not None:
         details["capability"] = f"{capability[0]}.{capability[1]}"
@@ -262,7 +262,7 @@ def _run(ctx: ProbeContext) -> Outcome:
                        **details)
     if too_old or CAPABILITY_MESSAGE in aligned.get("error", ""):
         findings.append(
-            Finding(
+            ProbeFinding(
                 "fp8-unsupported-gpu",
                 f"this GPU (compute capability {details.get('capability', '?')}) has no FP8 matmul; "
                 "torch._scaled_mm needs sm_89 (Ada) or sm_90 (Hopper) or newer",
@@ -276,7 +276,7 @@ def _run(ctx: ProbeContext) -> Outcome:
                        f"{details.get('capability')})", details, findings)
     if aligned["outcome"] != "correct":
         findings.append(
-            Finding(
+            ProbeFinding(
                 "fp8-layout",
                 "the aligned, correctly laid out FP8 matmul "
                 + ("failed" if aligned["outcome"] == "error" else "gave wrong numbers"),
@@ -295,7 +295,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     if broken:
         status = Status.WARN
         findings.append(
-            Finding(
+            ProbeFinding(
                 "fp8-layout",
                 f"on {ctx.device}, breaking these FP8 layout rules gives silently wrong numbers or "
                 "a sticky CUDA error that ends the process: "

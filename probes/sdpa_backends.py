@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 from gpudoctor.probes import _attention as att
 from gpudoctor.probes.base import (
-    Finding,
+    ProbeFinding,
     Outcome,
     ProbeContext,
     ProbeSpec,
@@ -452,7 +452,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     by_dtype = {d: recommend([c for c in cells if c["dtype"] == d])[0] for d in DTYPES
                 if any(c["dtype"] == d and c["status"] == "ok" for c in cells)
                 and not any(c["dtype"] == d and c.get("level_cut") for c in cells)}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     failed_default = [c for c in default_cells if c["status"] not in ("ok", "not-run")]
     ran_default = [c for c in default_cells if not c.get("level_cut")]
     for cell in failed_default:
@@ -466,7 +466,7 @@ def _run(ctx: ProbeContext) -> Outcome:
         else:
             summary = f"SDPA's default path ({cell['choice']}) raised on {key}"
         if kb_id:
-            findings.append(Finding(kb_id, summary, (cell["text"], *cell.get("reasons", []),
+            findings.append(ProbeFinding(kb_id, summary, (cell["text"], *cell.get("reasons", []),
                                                      f"SDPA's choice: {cell['choice']}", _flags(torch))))
     forced_broken = [c for c in cells if c["status"] in ("error", "mismatch") and c.get("via") != "default"]
     for cell in forced_broken:
@@ -477,13 +477,13 @@ def _run(ctx: ProbeContext) -> Outcome:
         # A sticky fault is no kernel's private matter: the context is gone for every later kernel.
         sticky = is_sticky_cuda_error(cell["text"])
         if kb_id:
-            findings.append(Finding(
+            findings.append(ProbeFinding(
                 kb_id, f"{where} raised when forced (SDPA itself picks "
                 f"{defaults.get(cell['dtype'] + '/' + cell['case'], '?')} here)",
                 (cell["text"], where), severity="error" if sticky else "warning"))
     for fb in fallbacks:
         evidence = [f"{b}: {'; '.join(r)}" for b, r in fb["why"].items()]
-        findings.append(Finding(
+        findings.append(ProbeFinding(
             "sdpa-no-kernel",
             f"SDPA silently falls back to the math backend for {fb['case']} "
             "(full score matrix in memory)",

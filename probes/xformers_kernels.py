@@ -22,7 +22,7 @@ from typing import Any
 
 from gpudoctor.probes import _attention as att
 from gpudoctor.probes.base import (
-    Finding,
+    ProbeFinding,
     Outcome,
     ProbeContext,
     ProbeSpec,
@@ -40,6 +40,7 @@ SPEC = ProbeSpec(
     emits=("xformers-build-mismatch", "xformers-flash-invalid-argument", *att.KERNEL_ERROR_IDS),
     needs=("torch", "xformers"),
     description="Imports xformers, lists its fmha operators and runs each against torch SDPA.",
+    runs_on_cpu=False,
 )
 
 # fmha submodules that define FwOp/BwOp pairs, newest first; absent ones are skipped.
@@ -200,7 +201,7 @@ def run(ctx: ProbeContext) -> Outcome:
 
 
 def _import_failure(version: str, failure: str, details: dict[str, Any],
-                    findings: list[Finding]) -> Outcome:
+                    findings: list[ProbeFinding]) -> Outcome:
     details["error"] = failure
     first = failure.splitlines()[0]
     flash = flash_range_mismatch(failure)
@@ -215,7 +216,7 @@ def _import_failure(version: str, failure: str, details: dict[str, Any],
                        f"{flash['required']}, found {flash['found']}: {fix}", details, findings)
     kb_id = classify(failure)
     if kb_id and not any(f.kb_id == kb_id for f in findings):
-        findings.append(Finding(kb_id, f"xformers {version} does not import", (failure,)))
+        findings.append(ProbeFinding(kb_id, f"xformers {version} does not import", (failure,)))
     return Outcome(Status.FAIL, f"importing xformers failed: {first}", details, findings)
 
 
@@ -225,7 +226,7 @@ def _run(ctx: ProbeContext) -> Outcome:
     if failure and "No module named 'xformers'" in failure:
         return skipped("xformers is not installed", error=failure)
     details: dict[str, Any] = {"import_messages": noise}
-    findings: list[Finding] = []
+    findings: list[ProbeFinding] = []
     version = str(getattr(xformers, "__version__", "unknown")) if xformers else "unknown"
     details["version"] = version
     for text in noise + ([failure] if failure else []):
@@ -239,7 +240,7 @@ def _run(ctx: ProbeContext) -> Outcome:
                                 f"{build['built_for_cuda']}; installed torch {build['installed_torch']}")
             evidence.append("fix: reinstall xformers built for this torch "
                             f"({torch.__version__}), or route attention through torch SDPA")
-            findings.append(Finding("xformers-build-mismatch",
+            findings.append(ProbeFinding("xformers-build-mismatch",
                                     f"xformers {version} cannot load its C++/CUDA extensions", tuple(evidence),
                                     steps=build_mismatch_steps(str(torch.__version__), build)))
             break
@@ -336,12 +337,12 @@ def _poisoned(ctx: ProbeContext, cell: dict[str, Any]) -> str:
     return f"CUDA context poisoned by {cell['operator']}: {reason}" if reason else ""
 
 
-def _finding(kb_id: str, cell: dict[str, Any], version: str, torch: Any, severity: str) -> Finding:
+def _finding(kb_id: str, cell: dict[str, Any], version: str, torch: Any, severity: str) -> ProbeFinding:
     where = f"{cell['operator']} {cell['dtype']} shape(B,M,H,K)={cell['shape']} causal={cell['causal']}"
     evidence = [cell["text"], where, f"xformers {version}, torch {torch.__version__}"]
     if kb_id == "xformers-flash-invalid-argument":
         evidence.append(f"fix: {FIX}")
-    return Finding(kb_id, f"xformers {cell['operator']} failed: {cell['text'].splitlines()[0][:120]}",
+    return ProbeFinding(kb_id, f"xformers {cell['operator']} failed: {cell['text'].splitlines()[0][:120]}",
                    tuple(evidence), severity=severity)
 
 

@@ -19,7 +19,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.probes.base import Finding, Status
+from gpudoctor.probes.base import ProbeFinding, Status
 
 SCHEMA_VERSION = "1.4"  # 1.2: a finding's optional `steps`; 1.3: the report's `level`; 1.4: `verdict`
 READABLE_MAJOR = 1
@@ -37,7 +37,7 @@ class ProbeResult:
     duration_s: float = 0.0
     device: str | None = None  # "cuda:0", "cpu"; None for per-scan probes
     details: dict[str, Any] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ProbeFinding] = field(default_factory=list)
     # Set by the runner when the worker died or hung: exit code or signal name, and stderr's tail.
     exit_code: int | None = None
     signal: str | None = None
@@ -124,7 +124,7 @@ class Report:
         return self.level or "deep"
 
     @property
-    def findings(self) -> list[tuple[ProbeResult, Finding]]:
+    def findings(self) -> list[tuple[ProbeResult, ProbeFinding]]:
         return [(r, f) for r in self.results for f in r.findings]
 
     @property
@@ -225,7 +225,7 @@ def report_from_dict(data: Any) -> Report:
                 device=None if r.get("device") is None else str(r["device"]),
                 details=r.get("details") if isinstance(r.get("details"), dict) else {},
                 findings=[
-                    Finding(str(f["kb_id"]), str(f.get("summary") or ""),
+                    ProbeFinding(str(f["kb_id"]), str(f.get("summary") or ""),
                             tuple(str(e) for e in _list(f, "evidence")), str(f.get("severity") or "error"),
                             tuple(str(s) for s in _list(f, "steps")))
                     for f in _list(r, "findings")

@@ -352,11 +352,11 @@ def test_async_errors_starts_its_launch_blocking_child_at_both_levels(level, mon
 
 
 def _report(level, sdpa_status="pass", kb_ids=()):
-    from gpudoctor.probes.base import Finding
+    from gpudoctor.probes.base import ProbeFinding
     from gpudoctor.reports.model import ProbeResult, Report
 
     result = ProbeResult("sdpa-backends", "SDPA backends", Status(sdpa_status), "s", 1.0, "cuda:0",
-                         findings=[Finding(k, "x") for k in kb_ids])
+                         findings=[ProbeFinding(k, "x") for k in kb_ids])
     return Report(results=[result], tool_version="0", created="2026-11-25T00:00:00+00:00", level=level)
 
 

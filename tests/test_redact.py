@@ -20,7 +20,7 @@ import pytest
 
 from gpudoctor.scan import torchenv
 from gpudoctor.scan.environment import collect_environment, merge_environment
-from gpudoctor.probes.base import Finding, Status
+from gpudoctor.probes.base import ProbeFinding, Status
 from gpudoctor.reports import redact as redact_module
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import Redactor, is_secret_name, redact, redact_report
@@ -124,7 +124,7 @@ def _corpus_report() -> Report:
         results.append(ProbeResult(
             probe=f"probe-{i}", title=form["form"], status=Status.CRASHED if i % 3 == 0 else Status.FAIL,
             summary=text.splitlines()[0], device="cuda:0", details={"output": text, "argv": text.split()},
-            findings=[Finding("cuda-oom", text.splitlines()[-1], tuple(text.splitlines()))],
+            findings=[ProbeFinding("cuda-oom", text.splitlines()[-1], tuple(text.splitlines()))],
             exit_code=1, stderr_tail=text,
         ))
     return Report(results=results, environment={"env_vars": {"PIP_INDEX_URL": SECRET_FORMS[0]["text"]}},
@@ -222,7 +222,7 @@ def _real_report() -> Report:
         summary=f"worker died on {HOST.split('.')[0]}",
         device="cuda:0",
         details={"uuid": "GPU-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901", "key": [1, 8, 64], "bus": "00000000:65:00.0"},
-        findings=[Finding("cuda-oom", "out of memory", (f"File \"/home/{USER}/proj/train.py\", line 3", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc"))],
+        findings=[ProbeFinding("cuda-oom", "out of memory", (f"File \"/home/{USER}/proj/train.py\", line 3", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc"))],
         exit_code=-11,
         signal="SIGSEGV",
         stderr_tail=f"{USER}@{HOST}:~$ python train.py\nGPU 0: NVIDIA H100 (UUID: GPU-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901)",

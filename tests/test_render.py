@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from rich.console import Console
 
 from gpudoctor.scan.environment import collect_environment, merge_environment
-from gpudoctor.probes.base import Finding, Status
+from gpudoctor.probes.base import ProbeFinding, Status
 from gpudoctor.reports.model import SCHEMA_VERSION, ProbeResult, Report, ReportFormatError
 from gpudoctor.reports.render import (
     FORMATS,
@@ -157,10 +157,10 @@ def _report(*results: ProbeResult, **kw) -> Report:
     ([ProbeResult("a", "A", Status.PASS, "ok", 0.1, "cpu")], "healthy", None),
     ([ProbeResult("a", "A", Status.SKIPPED, "no CUDA", 0.0, "cpu")], "nothing checked: all 1 probe runs skipped",
      "gpudoctor scan -v  (why: no CUDA)"),
-    ([ProbeResult("a", "A", Status.WARN, "meh", 0.1, "cpu", findings=[Finding("cuda-oom", "x", (), "warning")])],
+    ([ProbeResult("a", "A", Status.WARN, "meh", 0.1, "cpu", findings=[ProbeFinding("cuda-oom", "x", (), "warning")])],
      "healthy, 1 warning: cuda-oom", "gpudoctor explain cuda-oom"),
     ([ProbeResult("a", "A", Status.CRASHED, "died", 0.1, "cpu", signal="SIGSEGV"),
-      ProbeResult("b", "B", Status.FAIL, "bad", 0.1, "cpu", findings=[Finding("dtype-mismatch", "x")])],
+      ProbeResult("b", "B", Status.FAIL, "bad", 0.1, "cpu", findings=[ProbeFinding("dtype-mismatch", "x")])],
      "NOT HEALTHY (2 problems); fix first: dtype-mismatch", "gpudoctor explain dtype-mismatch"),
     ([ProbeResult("a", "A", Status.TIMED_OUT, "hung", 30.0, "cuda:1")],
      "NOT HEALTHY (1 problem); fix first: a timed out", "gpudoctor scan --probe a -v"),
@@ -178,7 +178,7 @@ def test_huge_and_hostile_probe_text_is_bounded_and_inert():
     report = _report(ProbeResult(
         "fp8-matmul", "FP8", Status.CRASHED, huge + hostile, 1.0, "cpu", signal="SIGSEGV",
         stderr_tail=(hostile + "\n") * 5 + huge,
-        findings=[Finding("fp8-layout", hostile + huge, (huge, hostile, hostile))],
+        findings=[ProbeFinding("fp8-layout", hostile + huge, (huge, hostile, hostile))],
     ))
     for verbose in (False, True):
         out = _terminal(report, kb=lambda _id: None, verbose=verbose)
@@ -195,7 +195,7 @@ def test_huge_and_hostile_probe_text_is_bounded_and_inert():
 def test_evidence_is_shown_once_and_never_cut_mid_word():
     long_line = "RuntimeError: " + " ".join(f"word{i}" for i in range(60))
     report = _report(ProbeResult("p", "P", Status.FAIL, "bad", 0.1, "cpu", findings=[
-        Finding("view-stride", long_line, (long_line, "second line", "second line"))]))
+        ProbeFinding("view-stride", long_line, (long_line, "second line", "second line"))]))
     out = _terminal(report, kb=lambda _id: None, verbose=True)
     assert out.count("second line") == 1
     # The summary, wrapped at word boundaries under its column (-v too); the evidence copy dropped.
@@ -223,7 +223,7 @@ def test_markdown_starts_with_the_environment_summary():
 def test_markdown_cannot_be_broken_out_of():
     nasty = "a | b ` ``` </details> <img src=x onerror=alert(1)> @everyone [x](javascript:alert(1)) *bold*"
     report = _report(ProbeResult("p", "P", Status.FAIL, nasty, 0.1, "cpu", stderr_tail="```\n</details>",
-                                 findings=[Finding("view-stride", nasty, ("````\n# heading\n````",))]))
+                                 findings=[ProbeFinding("view-stride", nasty, ("````\n# heading\n````",))]))
     md = render_markdown(report, kb=lambda _id: None)
     row = next(line for line in md.splitlines() if line.startswith("| p |"))
     assert row.count(" | ") == 4 and row.endswith(" |")  # the pipe in the text did not add a column
@@ -330,7 +330,7 @@ def test_schema_validates_a_real_report_from_this_machine():
         ProbeResult("matmul-sanity", "Matmul sanity", Status.PASS, "ok", 0.1, "cpu", details={"max_abs_err": 0.0}),
         ProbeResult("cuda-runtime", "CUDA runtime", Status.SKIPPED, "CUDA is not available", 0.0, None),
         ProbeResult("dtype-probe", "dtypes", Status.FAIL, "mismatch", 0.2, "cpu",
-                    findings=[Finding("dtype-mismatch", "mat1 and mat2 differ", ("RuntimeError: mat1 and mat2 must have the same dtype",))]),
+                    findings=[ProbeFinding("dtype-mismatch", "mat1 and mat2 differ", ("RuntimeError: mat1 and mat2 must have the same dtype",))]),
     ]
     data = json.loads(render_json(Report(results=results, environment=env, tool_version="0.1.0", duration_s=0.3)))
     assert [e.message for e in _validator().iter_errors(data)] == []
@@ -361,7 +361,7 @@ def test_schema_rejects_broken_reports(mutate):
 def test_markdown_escapes_tables_and_fences():
     report = Report(results=[ProbeResult(
         "contiguity", "Contiguity", Status.FAIL, "a | b\nc", 0.01, "cpu",
-        findings=[Finding("view-stride", "view on a transposed tensor", ("```python\nx.view(-1)\n```",))],
+        findings=[ProbeFinding("view-stride", "view on a transposed tensor", ("```python\nx.view(-1)\n```",))],
     )])
     md = render_markdown(report, kb=lambda _id: None)
     assert "| a \\| b c |" in md
@@ -391,7 +391,7 @@ def test_steps_for_this_machine_replace_the_entrys_list_and_patch():
                             patch="-pip install xformers\n+pip install torch==2.8.0 xformers", patch_lang="diff")
     step = "install the xformers built for torch 2.11.0+cu130: `pip install -U xformers`"
     report = _report(ProbeResult("xformers", "xformers", Status.FAIL, "cannot load", 0.1, "cuda:0", findings=[
-        Finding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",),
+        ProbeFinding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",),
                 steps=(step,))]))
     kb = {"xformers-build-mismatch": entry}.get
     terminal, markdown = _terminal(report, kb=kb, verbose=True), render_markdown(report, kb=kb)
@@ -403,7 +403,7 @@ def test_steps_for_this_machine_replace_the_entrys_list_and_patch():
         assert "torch==2.8.0" not in text
     # Without steps the entry's list and patch are shown, as before.
     plain = _report(ProbeResult("xformers", "xformers", Status.FAIL, "cannot load", 0.1, "cuda:0", findings=[
-        Finding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",))]))
+        ProbeFinding("xformers-build-mismatch", "xformers 0.0.35 cannot load its extensions", ("built for 2.10",))]))
     assert "torch==2.8.0" in render_markdown(plain, kb=kb) and "Generic step." in _terminal(plain, kb=kb, verbose=True)
 
 

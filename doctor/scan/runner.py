@@ -56,7 +56,7 @@ import gpudoctor
 from gpudoctor.scan import protocol, spawn
 from gpudoctor.scan.supervise import EXIT_GRACE_S, STDERR_TAIL, ScanSignals, Stop, WorkerProcess, ended_how, signame
 from gpudoctor.scan.environment import NvmlSession, collect_environment, cuda_to_nvml, merge_environment
-from gpudoctor.probes.base import DEFAULT_LEVEL, LEVELS, Finding, Status
+from gpudoctor.probes.base import DEFAULT_LEVEL, LEVELS, ProbeFinding, Status
 from gpudoctor.reports.model import ProbeResult, Report
 from gpudoctor.reports.redact import redact
 
@@ -476,7 +476,7 @@ class _Scan:
             probe=TORCH_IMPORT_PROBE, title="import torch in the target interpreter",
             status=Status.FAIL, summary=f"torch cannot be imported in {self.python}: {first}",
             details={"python": self.python, "error": failure["summary"], "how": failure["how"]},
-            findings=[Finding(TORCH_IMPORT_KB, protocol.cut(first, protocol.SUMMARY_MAX),
+            findings=[ProbeFinding(TORCH_IMPORT_KB, protocol.cut(first, protocol.SUMMARY_MAX),
                               tuple(protocol.cut_tail(e, protocol.TEXT_MAX) for e in evidence),
                               steps=self.torch_missing_steps(first))],
             exit_code=failure.get("exit_code"), signal=failure.get("signal"),
@@ -853,7 +853,7 @@ def _run_scan(options: ScanOptions, progress: Progress | None, signals: ScanSign
             fields = scan.run_task(task)
             fields.setdefault("details", {})
             fields.pop("device", None)
-            findings = [f if isinstance(f, Finding) else Finding(f["kb_id"], f["summary"], tuple(f["evidence"]),
+            findings = [f if isinstance(f, ProbeFinding) else ProbeFinding(f["kb_id"], f["summary"], tuple(f["evidence"]),
                                                                   f["severity"], tuple(f.get("steps") or ()))
                         for f in fields.pop("findings", [])]
             result = ProbeResult(probe=entry["id"], title=entry["title"],

@@ -22,9 +22,9 @@ torch = pytest.importorskip("torch")
 from gpudoctor.probes import load_builtin  # noqa: E402
 from gpudoctor.probes.base import ProbeContext, Status  # noqa: E402
 
-# Probes that do their work on the CPU (the others skip there: no CUDA, no xformers/flash-attn).
-CPU_PROBES = ("sdpa-backends", "attention-memory", "fp8-matmul", "async-errors", "shape-sync",
-              "contiguity", "matmul-sanity", "device-conformance")
+# Probes that do their work on the CPU, from their specs: the others judge CUDA itself
+# (`runs_on_cpu=False`) or need a package beyond torch (xformers, flash_attn) and skip here.
+CPU_PROBES = tuple(m.SPEC.id for m in load_builtin() if m.SPEC.runs_on_cpu and set(m.SPEC.needs) <= {"torch"})
 
 
 def _scan(*args: str) -> dict:

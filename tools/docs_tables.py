@@ -1,7 +1,7 @@
 """Rewrite the documentation's generated tables from the code: the knowledge-base index and the
-platform notices in docs/explain.md (`gpudoctor list --markdown`, `platforms_table()`) and the
-lint rule table in docs/lint.md (`gpudoctor.lint.rules.markdown_table()`), each between its
-markers.
+platform notices in docs/explain.md (`gpudoctor list --markdown`, `platforms_table()`), the probe
+table in docs/scan.md (`probes_table()`, from the probes' specs) and the lint rule table in
+docs/lint.md (`gpudoctor.lint.rules.markdown_table()`), each between its markers.
 
     python tools/docs_tables.py     # tests/test_project.py, tests/test_explain_notices.py and
                                     # tests/test_lint_rules.py fail when a table is stale
@@ -39,6 +39,24 @@ def platforms_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def probes_table() -> str:
+    """The built-in probes in scan order (gpudoctor.probes.BUILTIN): what each runs, whether its
+    workload runs on the CPU too, and the knowledge-base ids it may report."""
+    from gpudoctor import probes
+
+    rows = ["| probe | what it runs | on the CPU | knowledge-base ids it can report |", "| --- | --- | --- | --- |"]
+    for module in probes.load_builtin():
+        spec = module.SPEC
+        cpu = "yes" if spec.runs_on_cpu else "no: CUDA only"
+        extra = sorted(set(spec.needs) - {"torch"})
+        if extra:
+            cpu += "; needs " + ", ".join(f"`{need}`" for need in extra)
+        emits = ", ".join(f"`{kb_id}`" for kb_id in spec.emits) or "none: its verdict rests on what it measures"
+        title = spec.title.replace("|", "\\|")
+        rows.append(f"| `{spec.id}` | {title} | {cpu} | {emits} |")
+    return "\n".join(rows) + "\n"
+
+
 def rules_table() -> str:
     from gpudoctor.lint.rules import markdown_table
 
@@ -47,7 +65,7 @@ def rules_table() -> str:
 
 # page, marker name, the table's text
 TABLES = (("explain.md", "kb-index", index_table), ("explain.md", "platforms", platforms_table),
-          ("lint.md", "lint-rules", rules_table))
+          ("scan.md", "probes", probes_table), ("lint.md", "lint-rules", rules_table))
 
 
 def rewrite(text: str, marker: str, table: str) -> str:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gpudoctor.cli import app
 from gpudoctor.explain.explanation import EXPLAIN_SCHEMA_VERSION
+from kb_helpers import outside_the_knowledge_base
 
 runner = CliRunner()
 MISALIGNED = "RuntimeError: CUDA error: misaligned address\n"
@@ -63,8 +64,8 @@ def test_explain_text_human_output_starts_with_the_verdict():
 def test_a_plain_keyerror_says_no_gpu_failure_is_recognised_and_nothing_more():
     """A Python error in GPU code is no GPU failure: one line, exit 1, no `gpudoctor scan` hint
     (a scan would not find what is not there)."""
-    text = ('Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
-            '    state = ckpt["model_state_dict"]\nKeyError: \'model_state_dict\'\n')
+    text = outside_the_knowledge_base('Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
+                                      '    state = ckpt["model_state_dict"]\nKeyError: \'model_state_dict\'\n')
     for args in ([], ["--format", "md"]):
         r = invoke("explain", *args, text)
         assert r.exit_code == 1
@@ -310,6 +311,8 @@ def _check_content(mode: str, outcome: str, r) -> None:
 def test_every_mode_and_outcome(mode, outcome, via):
     """No traceback anywhere: an id, a match, no match (a normal outcome, exit 1) and empty input
     (exit 2, one line), given as an argument or piped into standard input without `-`."""
+    if outcome == "no-match":
+        outside_the_knowledge_base(TEXT[outcome])
     if via == "argument":
         r = invoke("explain", *MODES[mode], TEXT[outcome])
     else:

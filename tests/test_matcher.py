@@ -7,6 +7,7 @@ import pytest
 from gpudoctor.knowledge import kb
 from gpudoctor.explain.matcher import Matcher, match_chunks, match_text
 from gpudoctor.knowledge.predicates import parse_size
+from kb_helpers import outside_the_knowledge_base
 
 TRAILER = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
@@ -200,7 +201,8 @@ def test_real_attention_oom_is_attention_oom_with_the_numbers():
     "AssertionError: shapes differ",
 ])
 def test_errors_outside_the_knowledge_base_get_no_confident_match(text):
-    assert all(m.confidence < 0.5 for m in match_text(text))
+    # Common Python errors of GPU code that no entry covers; the day one does, this names it.
+    outside_the_knowledge_base(text)
 
 
 def test_large_log_with_the_error_at_the_end_is_found():

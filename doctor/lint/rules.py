@@ -422,10 +422,12 @@ RULES: tuple[Rule, ...] = (
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
         # Python files are read only for the bindings' callers, in the cross-file step
         kinds=(CPP, PYTHON),
-        # raw reads, or the bindings and dispatchers that call the functions reading them
-        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
+        # raw reads, or the bindings and dispatchers that call the functions reading them (a
+        # dispatch header of the project's own, included with quotes, is one)
+        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE", b'#include "'),),
         # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
-        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\("),),
+        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\(",
+                  rb'^[ \t]*#[ \t]*include[ \t]*"'),),
         what=(
             "In C++/CUDA extension code (it includes torch headers, binds with PYBIND11_MODULE / "
             "TORCH_LIBRARY, or launches kernels on ATen tensors), a function or bound lambda reads "

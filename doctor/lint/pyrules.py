@@ -158,7 +158,7 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
     deferred: dict[int, Finding] = {}  # id(value node) -> a caller-side finding the project pass decides on
     if "GPU004" in codes:
         deferred = {k: None for k in valueflow.record(src, interp, facts, lambda n: _short(src, n, 40))}  # type: ignore[misc]
-    for ev in _one_per_group(interp.events):
+    for ev in _one_per_group(interp.events, src):
         f = None
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
@@ -189,10 +189,13 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
     return out
 
 
-def _one_per_group(events: list) -> list:
+def _one_per_group(events: list, src: PySource | None = None) -> list:
     """One GPU004 finding per group of bindings: `t = sizes[0]; h = sizes[1]; w = sizes[2]` on
-    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change."""
+    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change, and so are
+    the elements of one tensor taken in the two branches of an if (`n = offs[i + 1] - offs[i]`,
+    `else: n = total - offs[i]`)."""
     out, last = [], {}
+    branches = _branch_pairs(src, events) if src is not None else []
     for ev in events:
         if isinstance(ev, ShapeTensorEvent) and isinstance(ev.unpacked, ast.Subscript):
             base = dotted(ev.unpacked.value)
@@ -200,9 +203,26 @@ def _one_per_group(events: list) -> list:
             if base is not None:
                 prev = last.get(base)
                 last[base] = line
-                if prev is not None and 0 <= line - prev <= 1:
+                if prev is not None and (0 <= line - prev <= 1 or
+                                         any(a[0] <= prev <= a[1] and b[0] <= line <= b[1] for a, b in branches)):
                     continue
         out.append(ev)
+    return out
+
+
+def _branch_pairs(src: PySource, events: list) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(lines of the body, lines of the else) of each if/else that holds GPU004 events."""
+    lines = {ev.unpacked.lineno for ev in events if isinstance(ev, ShapeTensorEvent) and
+             isinstance(ev.unpacked, ast.Subscript)}
+    if len(lines) < 2:
+        return []
+    out = []
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.If) and node.orelse and node.lineno <= max(lines) and \
+                (node.end_lineno or node.lineno) >= min(lines):
+            body = (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+            orelse = (node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno)
+            out.append((body, orelse))
     return out
 
 

@@ -78,8 +78,9 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
            rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[",
-           # a reduction of one (`seq_lens.max()`)
+           # a reduction of one (`seq_lens.max()`), or one element picked (`pages = pages[0]`)
            rb"\.(?:max|min|sum|prod|amax|amin)\(\)",
+           rb"^[ \t]*\w+[ \t]*=[ \t]*\w+\[-?\d+\][ \t]*(?:#.*)?$",
            # sizes put in a dict of keyword arguments for `**kwargs` (`dict(grid_sizes=...)`, `{"grid_sizes": ...}`)
            rb"(?:sizes|shapes)[\"']?[ \t]*[=:][ \t]*[\w\"'(]",
            # or returned to the caller

@@ -217,7 +217,7 @@ def whatif(src: PySource, fn: ast.AST, param: str, carried: Carried, origin: str
     interp = Interp(src)
     interp.fn_seeds[id(fn)] = {param: materialise(carried, param, None)}
     interp.run(lambda f: f is fn)
-    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events)
+    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events, src)
                 if isinstance(ev, ShapeTensorEvent) and ev.seed == param]
     classes = class_of(src)
     onward = []
@@ -240,7 +240,7 @@ def returned_into(src: PySource, seeds: dict[str, Carried], names: set[str], ori
     words = tuple(n + "(" for n in names)
     interp.run(lambda f: any(w in src.scope_text(f) for w in words))
     out = []
-    for ev in _one_per_group(interp.events):
+    for ev in _one_per_group(interp.events, src):
         if isinstance(ev, ShapeTensorEvent) and ev.seed and ev.seed.startswith("return:"):
             out.append(_shape_tensor_finding(src, ev, origins.get(ev.seed[7:], "a project function's return value")))
     return out
@@ -356,12 +356,16 @@ class Project:
         else:
             return []
         if hit is not None:
-            out.append((hit[0], hit[1], 1))
+            out.append((hit[0], hit[1], 0 if _static(hit[1]) else 1))  # a staticmethod has no self
         for fn_qual in self.rebound.get((attr, "forward"), []) if attr else []:
             other = self.function(fn_qual)
             if other is not None:
                 out.append((other[0], other[1], 1))  # bound with types.MethodType: self is the object
         return out
+
+
+def _static(fn: ast.AST) -> bool:
+    return any((dotted(d) or "").endswith("staticmethod") for d in getattr(fn, "decorator_list", ()))
 
 
 def _parameter(fn: Any, slot: int | str, skip: int) -> str | None:

@@ -32,7 +32,7 @@ _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
 def classify(path: str) -> tuple[str, str] | None:
-    """(kind, subkind) of a file by name: python, cpp, or build (cmake / make / shell)."""
+    """(kind, subkind) of a file by name: python, cpp, or build (cmake / make / shell / cog)."""
     name = os.path.basename(path)
     lower = name.lower()
     if lower.endswith(".py"):
@@ -46,6 +46,8 @@ def classify(path: str) -> tuple[str, str] | None:
     if lower.endswith((".sh", ".bash")) or lower == "dockerfile" or lower.startswith("dockerfile.") \
             or lower.endswith(".dockerfile"):
         return rules.BUILD, "shell"
+    if lower in ("cog.yaml", "cog.yml"):
+        return rules.BUILD, "cog"  # Replicate's Cog: its build.run commands are shell
     return None
 
 
@@ -110,7 +112,7 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
             kind = classify(arg)
             if kind is None:
                 raise UsageError(f"{arg}: not a file type gpudoctor lint reads (Python, C++/CUDA, CMake, Makefile, "
-                                 "shell script, Dockerfile)")
+                                 "shell script, Dockerfile, cog.yaml)")
             try:
                 st = os.stat(arg)
                 size, key = st.st_size, (st.st_dev, st.st_ino)

@@ -241,14 +241,12 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
     anything else costs that rule on this file only (`result.internal`, see `_isolated`)."""
     findings: list[Finding] = []
     if kind == rules.PYTHON:
-        import ast
-
         from gpudoctor.lint import pyrules
         from gpudoctor.lint.pysource import PySource
 
         from gpudoctor.lint.project import module_name
 
-        tree = ast.parse(text, filename=path)
+        tree = parse_python(text, path)
         src = PySource(path, text, tree, *module_name(path))
 
         def python(chosen: set[str]) -> tuple[list[Finding], Any]:
@@ -276,6 +274,17 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
 
         findings = _isolated(build, codes, result, [])
     return findings
+
+
+def parse_python(text: str, path: str) -> Any:
+    """ast.parse, quietly: the linted code's own warnings (an invalid escape sequence is a
+    SyntaxWarning printed to stderr on Python 3.12) are not gpudoctor's to print."""
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text, filename=path)
 
 
 def _describe(exc: BaseException) -> str:
@@ -734,8 +743,6 @@ def _late_module_facts(path: str) -> Any:
 
 def _load_python(path: str) -> Any:
     """A linted Python file parsed in the parent, for the project pass; None if it cannot be."""
-    import ast
-
     from gpudoctor.lint import project
     from gpudoctor.lint.pysource import PySource
 
@@ -745,6 +752,6 @@ def _load_python(path: str) -> Any:
         if len(data) > MAX_BYTES or b"\0" in data:
             return None
         text = _decode(data, rules.PYTHON)
-        return PySource(path, text, ast.parse(text, filename=path), *project.module_name(path))
+        return PySource(path, text, parse_python(text, path), *project.module_name(path))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
         return None

@@ -44,10 +44,10 @@ TOOL = _tool()
 CASES = sorted(p for p in CORPUS.iterdir() if (p / "labels.toml").is_file())
 
 
-def _run(case_dir: pathlib.Path, monkeypatch) -> tuple[dict, list, dict]:
+def _run(case_dir: pathlib.Path, monkeypatch, unfiltered: bool = False) -> tuple[dict, list, dict]:
     meta, labels = TOOL.load_labels(case_dir)
     monkeypatch.chdir(case_dir)
-    result, _, _ = engine.lint(["."], isolated=True, jobs=1)
+    result, _, _ = engine.lint(["."], isolated=True, jobs=1, unfiltered=unfiltered)
     findings = [TOOL.Finding(case_dir.name, f.code, f.path.replace("\\", "/"), f.line, f.message)
                 for f in result.findings]
     return meta, labels, TOOL.compare(labels, findings)
@@ -164,3 +164,25 @@ def test_fresh_corpus_floors_fitted(tmp_path_factory, monkeypatch):
     assert len(real) == 53
     assert len(hit) / len(real) >= FRESH_RECALL_FLOOR, f"recall {len(hit)}/{len(real)}"
     assert true_pos / max(1, true_pos + len(false_pos)) >= FRESH_PRECISION_FLOOR, f"false positives {false_pos}"
+
+
+def _found(runs) -> list:
+    return sorted((f.case, f.code, f.path, f.line) for _, _, r in runs
+                  for f in r["true_pos"] + [f for f, _ in r["false_pos"]])
+
+
+@pytest.mark.slow
+def test_the_prefilters_lose_nothing_on_the_corpora(tmp_path_factory, monkeypatch):
+    """Every corpus case linted with the prefilters and trigger words off gives the same findings
+    (the fresh corpus too where its mirrors exist)."""
+    corpora = [CORPUS, UNSEEN]
+    if MIRRORS.is_dir():
+        try:
+            corpora.append(_materialised_fresh(tmp_path_factory))
+        except pytest.skip.Exception:
+            pass
+    for corpus in corpora:
+        cases = sorted(p for p in corpus.iterdir() if (p / "labels.toml").is_file())
+        normal = [_run(case, monkeypatch) for case in cases]
+        unfiltered = [_run(case, monkeypatch, unfiltered=True) for case in cases]
+        assert _found(unfiltered) == _found(normal), corpus.name

@@ -60,6 +60,9 @@ class Task:
     size: int = 0
     # every rule on the file, prefilters and gates off (the robustness test over a whole tree)
     exhaustive: bool = False
+    # the byte prefilters off, the rules' own gates on (GPU009 on extension code only): the test
+    # that the prefilters skip no file that has a finding
+    unfiltered: bool = False
 
 
 @dataclass
@@ -235,7 +238,7 @@ def suppressed(f: Finding, table: dict[int, frozenset[str] | None]) -> bool:
 
 
 def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes: set[str],
-              result: FileResult, exhaustive: bool = False) -> list[Finding]:
+              result: FileResult, exhaustive: bool = False, unfiltered: bool = False) -> list[Finding]:
     """Run the chosen rules on decoded text. Raises SyntaxError / ValueError for unparseable
     Python and NotLinted for a file that cannot be read for another reason; a rule that raises
     anything else costs that rule on this file only (`result.internal`, see `_isolated`)."""
@@ -251,7 +254,7 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
 
         def python(chosen: set[str]) -> tuple[list[Finding], Any]:
             facts = pyrules.Facts()
-            return pyrules.check(src, chosen, facts), facts
+            return pyrules.check(src, chosen, facts, every_function=unfiltered), facts
 
         findings, result.facts = _isolated(python, codes, result, ([], None))
     elif kind == rules.CPP:
@@ -379,15 +382,17 @@ def _lint_file(task: Task) -> FileResult:
     if len(data) > MAX_BYTES:
         result.error = f"larger than {MAX_BYTES // (1024 * 1024)} MiB: not linted"
         return result
-    codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
-        codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
-    elif task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
+        # GPU009's Python callers are read by the cross-file step, when needed
+        wanted = [r for r in wanted if r.code != "GPU009"]
+    seen: dict = {}  # substrings and patterns found, shared by the rules' prefilters
+    codes = {r.code for r in wanted if task.exhaustive or task.unfiltered or r.wants(data, seen)}
+    if task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
         from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
 
         result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
     result.checked = True
-    if codes == {"GPU011"} and task.kind == rules.PYTHON and not task.exhaustive:
+    if codes == {"GPU011"} and task.kind == rules.PYTHON and not (task.exhaustive or task.unfiltered):
         from gpudoctor.lint.latemodules import may_create_late
 
         if not may_create_late(data):
@@ -404,7 +409,8 @@ def _lint_file(task: Task) -> FileResult:
         result.error = f"cannot decode: {exc}"
         return result
     try:
-        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive)
+        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive,
+                             task.unfiltered)
     except SyntaxError as exc:
         result.error = f"cannot parse (Python {sys.version_info[0]}.{sys.version_info[1]}): {exc.msg} (line {exc.lineno})"
         return result
@@ -507,14 +513,17 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
          isolated: bool = False, jobs: int | None = None,
-         force_exclude: bool = False, exhaustive: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+         force_exclude: bool = False, exhaustive: bool = False,
+         unfiltered: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
     """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError.
-    `exhaustive`: every selected rule on every file, prefilters off (for robustness tests: the
-    findings are the same, the run much slower)."""
+    `exhaustive`: every selected rule on every file, prefilters and gates off (for robustness
+    tests). `unfiltered`: the prefilters off (every file read for every rule, every function
+    interpreted), the rules' gates on: the same findings as a normal run, much slower (the test
+    that the prefilters are safe)."""
     result = LintResult()
     planned = discover(paths, select, ignore, isolated, force_exclude)
-    if exhaustive:
-        planned = [(dataclasses.replace(t, exhaustive=True), c) for t, c in planned]
+    if exhaustive or unfiltered:
+        planned = [(dataclasses.replace(t, exhaustive=exhaustive, unfiltered=unfiltered), c) for t, c in planned]
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}

@@ -73,10 +73,12 @@ def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
+def check(src: PySource, codes: set[str], facts: Facts, every_function: bool = False) -> list[Finding]:
+    """The Python rules on one parsed file. `every_function`: the dataflow interprets every
+    function, not only those whose text has a rule's trigger words (the prefilters' safety test)."""
     out: list[Finding] = []
     if codes & {"GPU001", "GPU003", "GPU004", "GPU008"}:
-        out += _flow_rules(src, codes, facts)
+        out += _flow_rules(src, codes, facts, every_function)
     if "GPU002" in codes:
         out += _sdp_kernel(src)
     if "GPU005" in codes:
@@ -98,7 +100,9 @@ _TRIGGERS = {
     # softmax in the function, or a helper's probabilities multiplied here (named so)
     "GPU001": (("softmax", "get_attention_scores", "probs", "scores", "attn"), re.compile(rules.ATTENTION_PRODUCT.decode())),
     "GPU003": ((".view(",), re.compile(rules.NONCONTIGUOUS.decode())),
-    "GPU004": (("tensor(", "stack(", "Tensor(", "_sizes", "shape", "size"), None),
+    # a function that makes a tensor of sizes (what it receives from elsewhere, a field of self, a
+    # return value or a keyword, is followed by the later rounds and the project pass)
+    "GPU004": (("tensor(", "stack(", "Tensor(", "register_buffer(", ".sum("), None),
     "GPU008": (("flash_attn",), None),
 }
 
@@ -133,11 +137,11 @@ def _wanted(text: str, triggers) -> bool:
     return False
 
 
-def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> list[Finding]:
+def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None, every_function: bool = False) -> list[Finding]:
     triggers = _triggers(src, codes)
 
     def want(fn: ast.AST) -> bool:
-        return _wanted(src.scope_text(fn), triggers)
+        return every_function or _wanted(src.scope_text(fn), triggers)
 
     interp = Interp(src)
     interp.run(want)

@@ -42,15 +42,32 @@ class Rule:
     # is deprecated, "note" is informational.
     level: str = "error"
 
-    def wants(self, data: bytes) -> bool:
-        if not all(any(s in data for s in group) for group in self.prefilter):
-            return False
+    def wants(self, data: bytes, seen: dict | None = None) -> bool:
+        """Whether the file's bytes pass this rule's prefilter. `seen`: what the other rules'
+        checks of the same file found (a substring or pattern is searched once per file)."""
+        seen = {} if seen is None else seen
+        for group in self.prefilter:
+            for s in group:
+                hit = seen.get(s)
+                if hit is None:
+                    hit = seen[s] = s in data
+                if hit:
+                    break
+            else:
+                return False
         if self.pattern is None:
             return True
         patterns = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
         for p in patterns:
             alternatives = p if isinstance(p, tuple) else (p,)
-            if not any(_compiled(a).search(data) is not None for a in alternatives):
+            for a in alternatives:
+                key = (a,)  # a regex, kept apart from a substring spelt the same
+                hit = seen.get(key)
+                if hit is None:
+                    hit = seen[key] = _compiled(a).search(data) is not None
+                if hit:
+                    break
+            else:
                 return False
         return True
 
@@ -80,7 +97,7 @@ _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?
            rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[",
            # a reduction of one (`seq_lens.max()`), or one element picked (`pages = pages[0]`)
            rb"\.(?:max|min|sum|prod|amax|amin)\(\)",
-           rb"^[ \t]*\w+[ \t]*=[ \t]*\w+\[-?\d+\][ \t]*(?:#.*)?$",
+           rb"^[ \t]*(\w+)[ \t]*=[ \t]*\1\[-?\d+\][ \t]*(?:#.*)?$",
            # sizes put in a dict of keyword arguments for `**kwargs` (`dict(grid_sizes=...)`, `{"grid_sizes": ...}`)
            rb"(?:sizes|shapes)[\"']?[ \t]*[=:][ \t]*[\w\"'(]",
            # or returned to the caller

@@ -201,7 +201,8 @@ def record(src: PySource, interp: Any, facts: Any, short: Callable[[ast.AST], st
                                          id(c.value)))
     if src.module:
         for key, carried in interp.returns.items():
-            facts.size_returns[f"{src.module}.{key}"] = carried
+            if carried[0] != "u":  # a tuple of a size tensor and other values: followed in the file only
+                facts.size_returns[f"{src.module}.{key}"] = carried
     facts.rebinds = rebinds(src)
     return {k for (k, _), t in targets.items() if t is not None}
 

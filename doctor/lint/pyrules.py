@@ -63,6 +63,11 @@ class Facts:
     # it is, when it is one)
     size_returns: dict[str, tuple] = field(default_factory=dict)
     rebinds: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+    # GPU004, for a file that hands sizes to calls: its classes (absolute name -> bases, method
+    # names, submodule classes, element classes) and its top-level defs (module, names), so that
+    # the project pass looks a call's target up without parsing the file again
+    vf_classes: dict[str, tuple] = field(default_factory=dict)
+    vf_defs: tuple[str, frozenset[str]] | None = None
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)

@@ -4,7 +4,8 @@ in an id, a pasted traceback or a log.
 - `textinput`: reads pasted text, a log file or standard input in bounded memory and time.
 - `pasted`: undoes what quoting, wrapping and escaping did to text on its way to the user.
 - `matcher`: which knowledge-base entries the text matches, ordered (its docstring states the
-  rules), the platform the text comes from and the primary CUDA error no entry explains.
+  rules), the platform the text comes from and the primary CUDA error no entry explains;
+  `precedence`: its rules for which match is the answer and which only context.
 - `notice`: reads those two beside the entries (platform markers, primary error lines).
 - `calibration`: the confidence a verdict states, fitted on labelled texts (`calibration.json`,
   written by tools/calibrate.py).

@@ -42,7 +42,7 @@ The rules, in order:
    demotes it when both match and it is confident, or nearly as confident. A `generic` entry
    (the "might be asynchronously reported" trailer, a torch.compile failure that wraps the real
    error) is only context beside a confident specific match: its confidence is capped at
-   `_CONTEXT_CAP`.
+   `CONTEXT_CAP`.
 7. A log, not a line. Every match knows the lines it came from (counted across chunks). The
    first `sticky` error (one that poisons the CUDA context: a device-side assert, an illegal
    address) is the root cause; later sticky or `consequence` matches are demoted to context as its
@@ -50,7 +50,7 @@ The rules, in order:
    specific match is demoted the same way; among consequence entries alone, the first one is the
    root of the later ones.
 8. Ranking: context last, then the raw score, then the entry's `specificity`, then the first
-   line. Matches under `_MIN_CONFIDENCE` are dropped.
+   line. Matches under `MIN_CONFIDENCE` are dropped.
 9. Another platform. When the text says it comes from PyTorch on another platform (ROCm/HIP,
    ZLUDA, MPS, XPU, NPU...: gpudoctor.explain.notice reads the markers of
    gpudoctor.knowledge.notices), an entry that does not apply there (its `platforms`) is only
@@ -65,18 +65,20 @@ The rules, in order:
    gpudoctor.explain.calibration (fitted on labelled texts by tools/calibrate.py), context its
    capped score.
 
-Standard library only; no torch, no rich.
+Rules 1 to 5 and 8 live here; rules 6, 7 and 9 to 11 (which match is the answer, which only its
+context) in gpudoctor.explain.precedence. Standard library only; no torch, no rich.
 """
 from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpudoctor.knowledge.kb import Entry, Pattern, load_all
-from gpudoctor.explain import calibration
 from gpudoctor.explain.notice import NoticeScan, PlatformFinding, PrimaryError
+from gpudoctor.explain.precedence import (CONFIDENT, MIN_CONFIDENCE, apply_platform, apply_precedence,  # noqa: F401
+                                          apply_primary, calibrated)  # CONFIDENT: re-exported, as callers import it
 from gpudoctor.explain.pasted import join_wrapped, normalise as normalise_pasted
 from gpudoctor.knowledge.notices import Notice
 from gpudoctor.knowledge.predicates import ENTRY_FACTS, LINE_PREDICATES
@@ -91,9 +93,6 @@ _MAX_LINE_CHARS = 400
 _WINDOW = 2000
 _FRAGMENT_MIN = 20
 _FRAGMENT_FACTOR = 0.8
-_CONTEXT_CAP = 0.25
-_MIN_CONFIDENCE = 0.2
-CONFIDENT = 0.5
 _DERIVED_WEIGHT = 0.6
 _LAZY_CHARS = 64 * 1024  # one chunk up to this size reads only the entries it can match
 _JOIN_CHARS = 64 * 1024  # gutters and wrapped lines are undone in chunks up to this size (pasted text)
@@ -494,113 +493,22 @@ class Matcher:
                 anchor_kinds=frozenset(hits.anchor_kinds), support=supports,
             )
             anchor_lines[entry_id] = set(hits.anchor_lines)
-        _apply_precedence(matches, anchor_lines)
+        apply_precedence(matches, anchor_lines)
         self.platform = self._scan.platform()
         self.unrecognised = None
         explained = set().union(*(self._hits[i].explaining for i, m in matches.items()
-                                  if m.confidence >= _MIN_CONFIDENCE or m.context_only))
+                                  if m.confidence >= MIN_CONFIDENCE or m.context_only))
         unexplained = [p for p in self._scan.primary if p.line not in explained]
         self.unexplained = tuple(unexplained)
         if self.platform is not None:
-            _apply_platform(matches, self.platform.id)
+            apply_platform(matches, self.platform.id)
         else:
-            self.unrecognised = _apply_primary(matches, unexplained)
+            self.unrecognised = apply_primary(matches, unexplained)
         ranked = sorted(
-            (m for m in matches.values() if m.confidence >= _MIN_CONFIDENCE),
+            (m for m in matches.values() if m.confidence >= MIN_CONFIDENCE),
             key=lambda m: (m.context_only, -m.confidence, -m.entry.specificity, m.first_line, m.id),
         )
-        return _calibrated(ranked, bool(unexplained), self.platform is not None, raw=self.raw)
-
-
-def _demote(m: Match, cap: float, consequence_of: tuple[str, int] | None = None) -> Match:
-    return replace(m, confidence=min(m.confidence, cap), context_only=True,
-                   consequence_of=consequence_of or m.consequence_of)
-
-
-def _apply_precedence(matches: dict[str, Match], anchor_lines: dict[str, set[int]] | None = None) -> None:
-    """Rules 6 and 7 of the module docstring, in place."""
-    lines = anchor_lines or {}
-    for wrapper in [m for m in matches.values() if m.entry.wrapper]:
-        carried = {n + d for n in lines.get(wrapper.id, {wrapper.first_line}) for d in (0, 1)}
-        inner = sorted((m for m in matches.values() if m is not wrapper and not m.entry.wrapper
-                        and m.confidence >= _MIN_CONFIDENCE and lines.get(m.id, {m.first_line}) & carried),
-                       key=lambda m: (-m.confidence, m.first_line))
-        if inner:
-            matches[wrapper.id] = _demote(wrapper, min(wrapper.confidence, inner[0].confidence * 0.5),
-                                          (inner[0].id, inner[0].first_line))
-    for m in list(matches.values()):
-        for loser in m.entry.supersedes:
-            other = matches.get(loser)
-            if other is not None and not other.context_only and (m.confidence >= CONFIDENT or m.confidence >= other.confidence * 0.9):
-                matches[loser] = _demote(other, m.confidence * 0.5)
-    confident = [m for m in matches.values() if not m.entry.generic and not m.context_only
-                 and m.confidence >= CONFIDENT]
-    for m in list(matches.values()):
-        if m.entry.generic and confident:
-            matches[m.id] = _demote(m, _CONTEXT_CAP)
-
-    live = [m for m in matches.values() if not m.context_only]
-    sticky = sorted((m for m in live if m.entry.sticky and m.confidence >= CONFIDENT), key=lambda m: m.first_line)
-    if sticky:
-        root = sticky[0]
-        for m in live:
-            if m is not root and (m.entry.sticky or m.entry.consequence or m.entry.generic) \
-                    and m.first_line > root.first_line:
-                matches[m.id] = _demote(m, min(m.confidence, root.confidence * 0.5), (root.id, root.first_line))
-    live = [m for m in matches.values() if not m.context_only]
-    roots = sorted((m for m in live if not m.entry.consequence and not m.entry.generic
-                    and m.confidence >= CONFIDENT), key=lambda m: m.first_line)
-    # Without such a root, the first confident consequence-type error is the root of later ones
-    # (an NCCL error, then the watchdog timeout it causes).
-    firsts = sorted((m for m in live if m.entry.consequence and m.confidence >= CONFIDENT),
-                    key=lambda m: m.first_line)
-    for m in live:
-        if m.entry.consequence:
-            earlier = [r for r in roots if r.first_line < m.first_line] \
-                or [r for r in firsts if r.first_line < m.first_line]
-            if earlier:
-                matches[m.id] = _demote(m, min(m.confidence, earlier[0].confidence * 0.5),
-                                        (earlier[0].id, earlier[0].first_line))
-
-
-def _apply_platform(matches: dict[str, Match], platform: str) -> None:
-    """Rule 9, in place: on text from another platform, an entry that does not apply there is
-    context, whatever its score."""
-    for m in list(matches.values()):
-        if not m.entry.applies_on(platform):
-            matches[m.id] = replace(_demote(m, _CONTEXT_CAP), not_on=platform)
-
-
-def _calibrated(ranked: list[Match], unexplained: bool, platform: bool, *, raw: bool = False) -> list[Match]:
-    """Rule 11: every match keeps its raw score as `score`; a match that is not context states
-    the calibrated confidence (gpudoctor.explain.calibration), a context match its capped score."""
-    live = [m for m in ranked if not m.context_only]
-    out = []
-    for m in ranked:
-        stated = m.confidence
-        if not m.context_only and not raw:
-            rival = max((o.confidence for o in live if o is not m), default=0.0)
-            x = calibration.features(m.confidence, m.anchor_kinds, m.support, m.entry.generic, bool(m.against),
-                                     rival, unexplained, platform)
-            stated = calibration.stated(x, m.confidence)
-        out.append(replace(m, confidence=stated, score=m.confidence))
-    return out
-
-
-def _apply_primary(matches: dict[str, Match], unexplained: list[PrimaryError]) -> PrimaryError | None:
-    """Rule 10, in place: a primary CUDA error that no anchor explains (trailers and wrappers
-    explain nothing) outranks a generic or wrapper verdict, which becomes its context. Returns
-    that error (the first such), or None when an entry explains the text."""
-    if not unexplained:
-        return None
-    live = sorted((m for m in matches.values() if not m.context_only and m.confidence >= _MIN_CONFIDENCE),
-                  key=lambda m: (-m.confidence, -m.entry.specificity, m.first_line))
-    if live and not (live[0].entry.generic or live[0].entry.wrapper):
-        return None
-    for m in live:
-        if m.entry.generic or m.entry.wrapper:
-            matches[m.id] = _demote(m, _CONTEXT_CAP)
-    return unexplained[0]
+        return calibrated(ranked, bool(unexplained), self.platform is not None, raw=self.raw)
 
 
 def _windows_containing(haystack: str, original: str, keyword: str,

@@ -321,6 +321,8 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
     from gpudoctor.explain import textinput
     from gpudoctor.explain.matcher import match_chunks
 
+    from gpudoctor.patch.locate import TextTail
+
     try:
         if file is not None:
             chunks = textinput.iter_file(file)
@@ -328,10 +330,29 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
             chunks = textinput.iter_stream(sys.stdin.buffer, name="standard input")
         else:
             chunks = textinput.iter_text(query or "")
-        matches = tuple(match_chunks(chunks))
+        tail = TextTail(chunks)  # the traceback the patch for the user's code is read from
+        matches = tuple(match_chunks(tail))
     except textinput.InputError as exc:
         _fail(str(exc))
-    return ex.Explanation(matches=matches, entry=matches[0].entry if matches else None)
+    result = ex.Explanation(matches=matches, entry=matches[0].entry if matches else None)
+    return ex.Explanation(matches, result.entry, _code_patch(result, tail.text()))
+
+
+def _code_patch(result: Any, text: str) -> Any:
+    """The patch for the user's own files that the text's traceback names (gpudoctor.patch), or
+    None; lint is imported only when one of those files exists on this machine."""
+    if result.entry is None or not result.matches or 'File "' not in text:
+        return None
+    from gpudoctor.patch import locate
+    from gpudoctor.ticket import pytrace
+
+    tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), tuple(result.best.evidence))
+    sites = locate.user_sites(tb.frames if tb is not None else locate.loose_frames(text))
+    if not sites:
+        return None
+    from gpudoctor.patch.search import find_patches
+
+    return find_patches(result.entry, sites)
 
 
 def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:

@@ -11,7 +11,9 @@ The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in docs
 
 with `matches` best first and empty when nothing known matched. 1.1 added `verdict`, the
 per-match `line`, `evidence_lines`, `decided_by`, `against` and `consequence_of`, and the entry's
-`cause`, `quick_fix` and `misconceptions`; every 1.0 field is still there.
+`cause`, `quick_fix` and `misconceptions`; every 1.0 field is still there. 1.2 added `code_patch`:
+the patch for the user's own files that the traceback names (gpudoctor.reports.codepatch documents
+its shape), null when no frame is the user's code on this machine.
 
 Text output puts the verdict first (the best match, its cause and fix, and where in the input it
 was found), then the other matches, then the entry in full. Everything taken from the user's text
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
     from gpudoctor.explain.matcher import Match
 
-EXPLAIN_SCHEMA_VERSION = "1.1"
+EXPLAIN_SCHEMA_VERSION = "1.2"
 _EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut it at words)
 _VERDICT_EVIDENCE = 3
 
@@ -43,6 +45,8 @@ class Explanation:
 
     matches: tuple[Match, ...]
     entry: Entry | None  # the best match's entry, or the entry named by id
+    # the patch for the user's code from the traceback's local files (gpudoctor.patch), JSON-ready
+    code_patch: dict[str, Any] | None = None
 
     @property
     def best(self) -> Match | None:
@@ -63,7 +67,8 @@ def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
         dataclasses.replace(m, evidence=scrub(m.evidence), decided_by=scrub(m.decided_by), against=scrub(m.against),
                             captures={k: redactor.text(v) if isinstance(v, str) else v for k, v in m.captures.items()})
         for m in explanation.matches)
-    return dataclasses.replace(explanation, matches=matches)
+    code_patch = redactor.value(explanation.code_patch) if explanation.code_patch else explanation.code_patch
+    return dataclasses.replace(explanation, matches=matches, code_patch=code_patch)
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -112,6 +117,7 @@ def to_dict(explanation: Explanation) -> dict[str, Any]:
         "verdict": _verdict(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
+        "code_patch": explanation.code_patch,
     }
 
 
@@ -174,9 +180,10 @@ def _print_unwrapped(console: Console, text: Any) -> None:
     console.print(text, soft_wrap=True)
 
 
-def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
+def render_verdict(matches: tuple[Match, ...], console: Console, code_patch: dict[str, Any] | None = None) -> None:
     """The best match first (id, confidence and line; its cause, fix and the lines that decided
-    it), then one line for every other match."""
+    it; under it the patch for the user's code, gpudoctor.reports.codepatch), then one line for
+    every other match."""
     if not matches:
         return
     from rich.text import Text
@@ -202,6 +209,11 @@ def render_verdict(matches: tuple[Match, ...], console: Console) -> None:
         _hanging(console, "Against:", text, 7, label_style="dim", untrusted=True)
     for line in best.context_lines():
         _hanging(console, "•", line, 7, untrusted=True)
+    from gpudoctor.reports import codepatch
+
+    if codepatch.shows(code_patch):
+        console.print()
+        codepatch.render_text(code_patch, console)
 
     others = matches[1:]
     if others:
@@ -281,8 +293,9 @@ def render_entry(entry: Entry, console: Console, match: Match | None = None) -> 
 
 
 def render_text(explanation: Explanation, console: Console) -> None:
-    """The whole text report: the verdict first, then the entry in full."""
-    render_verdict(explanation.matches, console)
+    """The whole text report: the verdict first (and under it the patch for the user's code),
+    then the entry in full."""
+    render_verdict(explanation.matches, console, explanation.code_patch)
     if explanation.entry is not None:
         if explanation.matches:
             console.print()  # the verdict and the full story are two blocks
@@ -334,6 +347,11 @@ def render_markdown(explanation: Explanation) -> str:
                 out.append(f"- decided by: {md.text(fact, _EVIDENCE_CHARS)}")
         for line in best.context_lines():
             out.append(f"- in your text: {md.text(line, _EVIDENCE_CHARS)}")
+    if explanation.code_patch:
+        from gpudoctor.reports import codepatch
+
+        patch_lines = codepatch.render_markdown(explanation.code_patch)
+        out += ["", *patch_lines] if patch_lines else []
     if len(explanation.matches) > 1:
         out += ["", "### Also in this text", "", "| # | id | confidence | line |", "| --- | --- | --- | --- |"]
         for rank, m in enumerate(explanation.matches[1:], 2):

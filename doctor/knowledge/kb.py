@@ -35,6 +35,11 @@ An entry file `<id>.toml` holds:
     context       lines shown when values were captured from the pasted text, with `{name}`
                   placeholders naming a capture (a line whose names were not all captured is
                   left out)
+    lint          the lint rule codes (GPU004, ...) that find this failure's pattern in code: where a
+                  traceback names files on this machine, `explain` and `run` check them with these
+                  rules and print the patch for the user's own file (gpudoctor.patch); default none
+    no_patch      for an entry with rules that only say what to change (display-only fixes): why no
+                  code patch is printed for it, in one or two sentences
     origin        where the knowledge came from (the public case, or the internal case file):
                   provenance for maintainers, never printed
     [[misconceptions]] claim / truth / evidence: a common belief about this error that is wrong
@@ -347,6 +352,8 @@ class Entry:
     templates: tuple[Template, ...]
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
+    lint: tuple[str, ...] = field(default=())  # lint rule codes that find the pattern in code
+    no_patch: str = ""  # why no code patch applies, for entries whose rules are display-only
 
 
 def _req(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -482,6 +489,12 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
     if not 0 <= specificity <= 100:
         raise KnowledgeBaseError(f"{where}: specificity must be in 0..100")
     facts = _strings(data, "facts", where, default=[])
+    lint = _strings(data, "lint", where, default=[])
+    if any(not re.match(r"^GPU\d{3}$", code) for code in lint):
+        raise KnowledgeBaseError(f"{where}: field 'lint' must list rule codes such as GPU004")
+    no_patch = data.get("no_patch", "")
+    if not isinstance(no_patch, str):
+        raise KnowledgeBaseError(f"{where}: field 'no_patch' must be a string")
     if facts:
         from gpudoctor.knowledge.predicates import ENTRY_FACTS
 
@@ -519,6 +532,8 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         templates=tuple(templates),
         patterns=tuple(patterns),
         examples=tuple(examples),
+        lint=lint,
+        no_patch=_reflow(no_patch),
     )
 
 

@@ -174,8 +174,7 @@ def _function_spans(path: str) -> list[tuple[int, int]]:
 class _Ranker:
     """The tier of a finding (module docstring) and its order among the traceback's frames."""
 
-    def __init__(self, sites: list[Site], cwd: str) -> None:
-        self.cwd = cwd
+    def __init__(self, sites: list[Site]) -> None:
         self.lines: dict[str, list[tuple[int, int]]] = {}  # real path -> [(line, frame index)]
         for i, s in enumerate(sites):
             self.lines.setdefault(s.path, []).append((s.line, i))
@@ -192,7 +191,7 @@ class _Ranker:
 
     def rank(self, finding: Any) -> tuple[int, int] | None:
         """(tier, -frame index: the innermost frame first) or None when it does not bear on this."""
-        path = _real(finding.path, self.cwd)
+        path = _real(finding.path, os.getcwd())
         end = finding.end_line or finding.line
         lines = self.lines.get(path)
         if lines is None:
@@ -206,6 +205,12 @@ class _Ranker:
         return 2, -max(i for _, i in lines)
 
 
+def _here(path: str) -> str:
+    """A path as lint is given it: relative to the folder gpudoctor runs in where it is below it
+    (the diff's headers and the command then read `a/model/x.py`), else absolute."""
+    return shown(path, os.getcwd())
+
+
 def _command(code: str, unsafe: bool, paths: list[str]) -> str:
     return " ".join(["gpudoctor lint --fix", *(["--unsafe-fixes"] if unsafe else []), "--select", code,
                      *(shlex.quote(p) for p in paths)])
@@ -215,30 +220,30 @@ def _check(entry: Any, codes: list[str], sites: list[Site], root: str | None, cw
            asynchronous: bool) -> dict[str, Any]:
     from gpudoctor import lint
 
-    site_files = _unique(shown(s.path, cwd) for s in sites)
+    site_files = _unique(s.path for s in sites)
     result, scope = None, "traceback"
     if root is not None:
-        result = lint.preview([shown(root, cwd)], codes, unsafe_fixes=True, max_files=max_files)
+        result = lint.preview([_here(root)], codes, unsafe_fixes=True, max_files=max_files)
         scope = "project"
     if result is None:
-        result, scope = lint.preview(site_files, codes, unsafe_fixes=True), "traceback"
-    ranker = _Ranker(sites, cwd)
+        result, scope = lint.preview([_here(p) for p in site_files], codes, unsafe_fixes=True), "traceback"
+    ranker = _Ranker(sites)
     ranked = sorted(((r, f) for f in result.findings for r in [ranker.rank(f)] if r is not None),
                     key=lambda rf: (rf[0], rf[1].path, rf[1].line, rf[1].code))
     by_code: dict[str, list[Any]] = {}
     for _, f in ranked:
         by_code.setdefault(f.code, []).append(f)
     patches: list[dict[str, Any]] = []
-    context = _Context(entry, sites, cwd, root if scope == "project" else None, site_files, asynchronous, ranker)
+    context = _Context(entry, sites, cwd, root if scope == "project" else None, site_files, asynchronous)
     for code in list(by_code)[:MAX_RULES]:
         found = by_code[code]
         fixable = [f for f in found if f.fix.edits]
         made = context.fixable(code, fixable) if fixable else None
         if made is not None:
             patches.append(made)
-        else:
-            found = [f for f in found if f not in fixable] + fixable  # unreproduced fixes: by hand
-        patches += [context.by_hand(f) for f in found if made is None or not f.fix.edits][:MAX_BY_HAND]
+        # display-only findings, and fixes that no preview reproduced: by hand
+        by_hand = [f for f in found if made is None or not f.fix.edits]
+        patches += [context.by_hand(f) for f in by_hand[:MAX_BY_HAND]]
     n, where = result.files_checked, shown(root, cwd) if scope == "project" and root else None
     checked = f"{n} file{'s' * (n != 1)}" + (f" under {where}" if where else " of the traceback")
     if patches:
@@ -251,10 +256,13 @@ def _check(entry: Any, codes: list[str], sites: list[Site], root: str | None, cw
 
 
 class _Context:
+    """What the patches are made in: the frames, where the user is (`cwd`: paths are shown
+    relative to it), the project folder (None when only the traceback's files were checked)."""
+
     def __init__(self, entry: Any, sites: list[Site], cwd: str, root: str | None, site_files: list[str],
-                 asynchronous: bool, ranker: _Ranker) -> None:
+                 asynchronous: bool) -> None:
         self.entry, self.sites, self.cwd, self.root = entry, sites, cwd, root
-        self.site_files, self.asynchronous, self.ranker = site_files, asynchronous, ranker
+        self.site_files, self.asynchronous = site_files, asynchronous
 
     def fixable(self, code: str, found: list[Any]) -> dict[str, Any] | None:
         """One patch for a rule's findings with edits: the fewest paths whose preview reproduces
@@ -263,25 +271,24 @@ class _Context:
         from gpudoctor.lint.model import UNSAFE
 
         unsafe = any(f.fix.applicability == UNSAFE for f in found)
-        keys = {(_real(f.path, self.cwd), f.line) for f in found}
-        files = _unique(f.path for f in found)
+        keys = {(_real(f.path, os.getcwd()), f.line) for f in found}
+        files = _unique(_real(f.path, os.getcwd()) for f in found)
         tried: list[list[str]] = []
-        for paths in (files, _unique([*files, *self.site_files]),
-                      [shown(self.root, self.cwd)] if self.root else None):
+        for paths in (files, _unique([*files, *self.site_files]), [self.root] if self.root else None):
             if not paths or paths in tried:
                 continue
             tried.append(paths)
-            preview = lint.preview(paths, [code], unsafe_fixes=unsafe)
-            got = {(_real(g.path, self.cwd), g.line) for g in preview.findings if g.code == code and g.fix.edits}
-            changed = {_real(p, self.cwd) for p in preview.diffs}
+            preview = lint.preview([_here(p) for p in paths], [code], unsafe_fixes=unsafe)
+            got = {(_real(g.path, os.getcwd()), g.line) for g in preview.findings if g.code == code and g.fix.edits}
+            changed = {_real(p, os.getcwd()) for p in preview.diffs}
             if keys <= got and {k[0] for k in keys} <= changed:
                 lead = found[0]
                 return {
                     **self._base(lead, code, UNSAFE if unsafe else "safe"),
                     "findings": [self._brief(f) for f in found],
                     "diff": "".join(preview.diffs[p] for p in sorted(preview.diffs)),
-                    "files": [shown(_real(p, self.cwd), self.cwd) for p in sorted(preview.diffs)],
-                    "command": _command(code, unsafe, paths),
+                    "files": [shown(_real(p, os.getcwd()), self.cwd) for p in sorted(preview.diffs)],
+                    "command": _command(code, unsafe, [shown(p, self.cwd) for p in paths]),
                 }
         return None
 
@@ -292,15 +299,16 @@ class _Context:
                 "command": None}
 
     def _brief(self, f: Any) -> dict[str, Any]:
-        return {"file": shown(_real(f.path, self.cwd), self.cwd), "lines": [f.line, f.end_line or f.line],
+        return {"file": shown(_real(f.path, os.getcwd()), self.cwd), "lines": [f.line, f.end_line or f.line],
                 "message": f.message}
 
     def _base(self, f: Any, code: str, applicability: str) -> dict[str, Any]:
         from gpudoctor.lint import rules
+        from gpudoctor.lint.model import DISPLAY_ONLY
 
         rule = rules.BY_CODE[code]
         return {
-            "file": shown(_real(f.path, self.cwd), self.cwd),
+            "file": shown(_real(f.path, os.getcwd()), self.cwd),
             "lines": [f.line, f.end_line or f.line],
             "rule": code,
             "rule_name": rule.name,
@@ -308,24 +316,25 @@ class _Context:
             "message": f.message,
             "fix": f.fix.description,
             "fix_safety": rule.fix_safety,
-            "where": self.where(f, code),
+            "where": self.where(f, code, "the patch changes" if applicability != DISPLAY_ONLY else
+                                "the change belongs at"),
         }
 
-    def where(self, f: Any, code: str) -> str:
-        """Which line the patch changes and why, beside the line the traceback stops at."""
+    def where(self, f: Any, code: str, verb: str = "the patch changes") -> str:
+        """Which line the patch changes (`verb`) and why, beside the line the traceback stops at."""
         inner = self.sites[-1]
-        path = _real(f.path, self.cwd)
+        path = _real(f.path, os.getcwd())
         end = f.end_line or f.line
         on = [s for s in self.sites if s.path == path and f.line <= s.line <= end]
         if on and on[-1] is inner:
-            return f"The patch changes line {f.line}, the line the traceback stops at."
+            return f"{verb[:1].upper()}{verb[1:]} line {f.line}, the line the traceback stops at."
         if on:
-            return (f"The patch changes line {f.line}, where the traceback passes on its way to the error "
+            return (f"{verb[:1].upper()}{verb[1:]} line {f.line}, where the traceback passes on its way to the error "
                     f"(it stops at {shown(inner.path, self.cwd)}:{inner.line}).")
         surfaced = "where the earlier asynchronous failure surfaced" if self.asynchronous else "where the error was raised"
         code_text = _code(inner)
         stops = f"line {inner.line}" if inner.path == path else f"{shown(inner.path, self.cwd)}:{inner.line}"
         changes = f"line {f.line}" if inner.path == path else f"{shown(path, self.cwd)}:{f.line}"
         quoted = f" (`{code_text}`)" if code_text else ""
-        return (f"The traceback stops at {stops}{quoted}, {surfaced}; the patch changes {changes}, "
+        return (f"The traceback stops at {stops}{quoted}, {surfaced}; {verb} {changes}, "
                 f"{CHANGES.get(code, 'where the rule found the pattern')}.")

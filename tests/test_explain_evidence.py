@@ -372,7 +372,7 @@ def test_markdown_report():
 def test_json_1_1_fields():
     matches = tuple(match_text(DSA_LOG))
     data = json.loads(to_json(Explanation(matches, matches[0].entry)))
-    assert data["schema_version"] == "1.1"
+    assert data["schema_version"] == "1.2"
     assert data["verdict"]["id"] == "device-side-assert" and data["verdict"]["line"] == 2
     assert data["verdict"]["cause"] and data["verdict"]["quick_fix"]
     first = data["matches"][0]

@@ -87,7 +87,8 @@ def apply_diff(root: Path, diff: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("traceback", sorted(FIXTURES.glob("*/*traceback.txt")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_frame_quotes_its_own_line(traceback):
-    frames = [f for tb in pytrace.parse_tracebacks(traceback.read_text()) for f in tb.frames if f.file.startswith("{root}")]
+    frames = [f for tb in pytrace.parse_tracebacks(traceback.read_text()) for f in tb.frames
+              if f.file.startswith("{root}") or not os.path.isabs(f.file)]
     assert frames
     for f in frames:
         lines = (traceback.parent / f.file.replace("{root}/", "")).read_text().split("\n")
@@ -393,3 +394,70 @@ def test_late_module_fix_takes_the_reference_first_and_keeps_parameters_register
     assert "self.head = nn.Linear(4, 4).to(device=ref_weight.device, dtype=ref_weight.dtype)" in new
     assert "nn.Parameter((torch.ones(4) * 0.5).to(device=ref_weight.device, dtype=ref_weight.dtype))" in new
     assert new.count("next(self.parameters())") == 1
+
+
+# --- the mapping from entries to rules is data, and documented ------------------------------------------
+
+
+def test_every_entry_names_real_rules_and_every_rule_is_named_by_its_own_entry():
+    from gpudoctor.lint import rules
+
+    entries = kb.load_all()
+    for entry in entries:
+        assert all(code in rules.BY_CODE for code in entry.lint), entry.id
+        assert len(set(entry.lint)) == len(entry.lint), entry.id
+        edits = [c for c in entry.lint if not rules.BY_CODE[c].fix_safety.startswith("display-only")]
+        # an entry whose rules only show the place says why no edit is made
+        assert bool(entry.no_patch) == (bool(entry.lint) and not edits), entry.id
+    for rule in rules.RULES:
+        assert rule.code in kb.load_entry(rule.kb_id).lint, rule.code
+    # the cases the issue names, each with its rules
+    wanted = {"misaligned-address": "GPU004", "view-stride": "GPU003", "dtype-mismatch": "GPU011",
+              "parameter-reassign": "GPU005", "attention-oom": "GPU001", "xformers-flash-invalid-argument": "GPU007",
+              "flash-attn-unsupported": "GPU008", "sdp-kernel-deprecated": "GPU002", "no-kernel-image": "GPU006",
+              "noncontiguous-kernel-input": "GPU009", "custom-allocator": "GPU010"}
+    assert all(code in kb.load_entry(kb_id).lint for kb_id, code in wanted.items())
+
+
+def test_the_documented_table_is_the_data():
+    from gpudoctor.patch.search import markdown_table
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "explain.md").read_text()
+    block = re.search(r"<!-- code-patch:start -->\n(.*)<!-- code-patch:end -->", page, re.S)
+    assert block and block.group(1) == markdown_table(), "stale table: run python tools/docs_tables.py"
+
+
+def test_a_bad_lint_field_is_refused():
+    data = {"id": "x-entry", "title": "t", "cause": "c", "quick_fix": "q", "applicability": "safe",
+            "what": "w", "why": ["y"], "fix": ["f"], "patch": "p", "references": [], "examples": [],
+            "templates": [{"text": "some error text", "project": "p", "file": "f", "versions": "v"}]}
+    assert kb.parse_entry(dict(data), "x.toml").lint == ()
+    assert kb.parse_entry({**data, "lint": ["GPU003"]}, "x.toml").lint == ("GPU003",)
+    with pytest.raises(kb.KnowledgeBaseError, match="lint"):
+        kb.parse_entry({**data, "lint": ["view-stride"]}, "x.toml")
+
+
+def test_run_puts_the_patch_in_the_ticket_bundle(tmp_path):
+    """Without torch: a command that prints a traceback naming a file of the project and fails."""
+    (tmp_path / "heads.py").write_text(
+        "def merge(o):\n    B, H, N, d = o.shape\n    return o.transpose(1, 2).view(B, N, H * d)\n")
+    (tmp_path / "fail.py").write_text(
+        "import sys\n"
+        "sys.stderr.write('Traceback (most recent call last):\\n'\n"
+        "                 '  File \"heads.py\", line 3, in merge\\n'\n"
+        "                 '    return o.transpose(1, 2).view(B, N, H * d)\\n'\n"
+        "                 \"RuntimeError: view size is not compatible with input tensor's size and stride (at least \"\n"
+        "                 'one dimension spans across two contiguous subspaces). Use .reshape(...) instead.\\n')\n"
+        "sys.exit(1)\n")
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--bundle", "bundle", "--no-scan", "--",
+                           sys.executable, "fail.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Patch for heads.py  (GPU003 view-after-transpose, safe)" in proc.stderr
+    assert "Apply it: gpudoctor lint --fix --select GPU003 heads.py" in proc.stderr
+    ticket = (tmp_path / "bundle" / "ticket.md").read_text()
+    assert "#### Patch for `heads.py` (`GPU003` view-after-transpose, safe)" in ticket
+    assert "```diff\n--- a/heads.py\n+++ b/heads.py\n" in ticket and "Apply it: `gpudoctor lint --fix --select GPU003 heads.py`" in ticket
+    record = json.loads((tmp_path / "bundle" / "run.json").read_text())
+    [patch] = record["diagnosis"]["code_patch"]["patches"]
+    assert patch["lines"] == [3, 3] and "+    return o.transpose(1, 2).reshape(B, N, H * d)" in patch["diff"]
+    assert (tmp_path / "heads.py").read_text().count(".view(") == 1  # run never modifies a file

@@ -1,6 +1,7 @@
 """Rewrite the documentation's generated tables from the code: the knowledge-base index in
-docs/explain.md (`gpudoctor list --markdown`) and the lint rule table in docs/lint.md
-(`gpudoctor.lint.rules.markdown_table()`), each between its markers.
+docs/explain.md (`gpudoctor list --markdown`), the entries that patch the user's code
+(`gpudoctor.patch.search.markdown_table()`, also in docs/explain.md) and the lint rule table in
+docs/lint.md (`gpudoctor.lint.rules.markdown_table()`), each between its markers.
 
     python tools/docs_tables.py     # tests/test_project.py and tests/test_lint_rules.py fail when a table is stale
 """
@@ -26,8 +27,15 @@ def rules_table() -> str:
     return markdown_table()
 
 
+def code_patch_table() -> str:
+    from gpudoctor.patch.search import markdown_table
+
+    return markdown_table()
+
+
 # page, marker name, the table's text
-TABLES = (("explain.md", "kb-index", index_table), ("lint.md", "lint-rules", rules_table))
+TABLES = (("explain.md", "kb-index", index_table), ("explain.md", "code-patch", code_patch_table),
+          ("lint.md", "lint-rules", rules_table))
 
 
 def rewrite(text: str, marker: str, table: str) -> str:

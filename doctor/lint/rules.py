@@ -519,7 +519,7 @@ RULES: tuple[Rule, ...] = (
              "# in a late method: ref_param = next(self.parameters()) first, then\n"
              "self.head = Head(dim).to(device=ref_param.device, dtype=ref_param.dtype)"),
         fix_safety=(
-            "unsafe in a late method: its first line takes the weights the model already has (ref_param = "
+            "unsafe: in a late method, its first line takes the weights the model already has (ref_param = "
             "next(self.parameters())) and each module it creates is converted to their dtype and device, a "
             "parameter's data inside nn.Parameter(...); new weights are rounded to the model's precision, and "
             "a model without parameters has no reference. Display-only elsewhere: the right dtype and device "

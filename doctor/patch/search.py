@@ -20,7 +20,8 @@ Which findings bear on the failure, best first:
 Each rule's findings become one patch: the diff is exactly what the apply command writes
 (`gpudoctor lint --fix --select CODE PATHS`, `--unsafe-fixes` when a fix is unsafe), checked by
 running lint's own preview on those paths, the fewest that reproduce the findings (the findings'
-files; with the traceback's files, for a finding that needs its caller; the project folder).
+files; then with the traceback's files added innermost first, for a finding that needs its
+caller; then the project folder).
 Findings whose fix is display-only are shown with what to change by hand.
 """
 from __future__ import annotations
@@ -274,7 +275,9 @@ class _Context:
         keys = {(_real(f.path, os.getcwd()), f.line) for f in found}
         files = _unique(_real(f.path, os.getcwd()) for f in found)
         tried: list[list[str]] = []
-        for paths in (files, _unique([*files, *self.site_files]), [self.root] if self.root else None):
+        inner_first = _unique(reversed(self.site_files))
+        widening = [_unique([*files, *inner_first[:k]]) for k in range(len(inner_first) + 1)]
+        for paths in (*widening, [self.root] if self.root else None):
             if not paths or paths in tried:
                 continue
             tried.append(paths)
@@ -338,3 +341,30 @@ class _Context:
         quoted = f" (`{code_text}`)" if code_text else ""
         return (f"The traceback stops at {stops}{quoted}, {surfaced}; {verb} {changes}, "
                 f"{CHANGES.get(code, 'where the rule found the pattern')}.")
+
+
+# --- the documentation ------------------------------------------------------------------------------
+
+
+def markdown_table() -> str:
+    """Which entries patch the user's code, with which rules, and why not where no edit is made
+    (docs/explain.md, between its code-patch markers; python tools/docs_tables.py writes it)."""
+    from gpudoctor.knowledge import kb
+    from gpudoctor.lint import rules
+
+    rows = ["| id | lint rules | what is printed |", "| --- | --- | --- |"]
+    for entry in kb.load_all():
+        if not entry.lint:
+            continue
+        grades = []
+        for code in entry.lint:
+            rule = rules.BY_CODE.get(code)
+            if rule is None:
+                continue
+            grade = rule.fix_safety.split(":", 1)[0]
+            grades.append(f"`{code}` " + ("by hand" if grade == "display-only" else f"a diff ({grade})"))
+        edits = [g for g in grades if "a diff" in g]
+        said = "a diff of your file and the command that applies it" if edits else "the place to change, by hand"
+        why = f" {entry.no_patch}" if entry.no_patch and not edits else ""
+        rows.append(f"| `{entry.id}` | {', '.join(grades)} | {said}.{why} |")
+    return "\n".join(rows) + "\n"

@@ -344,6 +344,9 @@ def _code_patch(result: Any, text: str) -> Any:
     if result.entry is None or not result.matches or 'File "' not in text:
         return None
     from gpudoctor.patch import locate
+
+    if not locate.names_local_files(text):
+        return None
     from gpudoctor.ticket import pytrace
 
     tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), tuple(result.best.evidence))

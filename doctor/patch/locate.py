@@ -26,6 +26,7 @@ _LIBRARY = re.compile(
 )
 _FRAME = re.compile(r'^[ \t]*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9})(?:, in (?P<func>[^\n]{1,300}))?[ \t]*$',
                     re.M)
+_FILE = re.compile(r'File "(?P<file>[^"\n]{1,1000})", line \d{1,9}')  # unanchored: one fast pass
 _TAIL_CHARS = 4 * 1024 * 1024
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _UP = 4
@@ -51,6 +52,26 @@ def is_library(path: str) -> bool:
     for i, part in enumerate(parts[:-1]):
         if part == "torch" and os.path.isfile(os.path.join(os.sep.join(parts[:i + 1]) or os.sep, "__init__.py")):
             return True
+    return False
+
+
+def names_local_files(text: str, cwd: str | None = None, limit: int = 256) -> bool:
+    """Whether any `File "..."` line of `text` names a file of the user's here: the cheap test
+    (one regex pass, at most `limit` distinct names looked up) before a traceback is parsed."""
+    cwd = cwd or os.getcwd()
+    seen: set[str] = set()
+    for m in _FILE.finditer(text):
+        file = m.group("file")
+        if file in seen or not file.endswith(".py") or is_library(file):
+            continue
+        seen.add(file)
+        try:
+            if os.path.isfile(file if os.path.isabs(file) else os.path.join(cwd, file)):
+                return True
+        except (OSError, ValueError):
+            pass
+        if len(seen) >= limit:
+            break
     return False
 
 

@@ -100,7 +100,9 @@ def test_every_fixture_frame_quotes_its_own_line(traceback):
 
 def test_misaligned_address_patches_the_unpacking_not_the_line_that_surfaced(tmp_path, monkeypatch):
     root = copy(tmp_path, "multitalk")
+    sources = {p: p.read_text() for p in root.rglob("*.py")}
     data = explain_json(root, "traceback.txt", monkeypatch)
+    assert {p: p.read_text() for p in root.rglob("*.py")} == sources  # explain never modifies a file
     assert data["verdict"]["id"] == "misaligned-address"
     code = data["code_patch"]
     assert code["status"] == "found" and code["rules"] == ["GPU004", "GPU009"] and code["scope"] == "project"

@@ -428,8 +428,10 @@ def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | Non
     message = (f"`{tensor}` is {origin}: the values taken from it here are 0-d tensors, so `{use}`{where} runs tensor "
                f"ops (on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
                f"such as 'misaligned address' gets reported); pass Python ints there (.tolist()) or convert here")
-    return finding(src, ev.unpacked, "GPU004", message,
-                    Fix(DISPLAY_ONLY, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
+    from gpudoctor.lint import autofix  # the conversion at the binding, where its shape allows one
+
+    return finding(src, ev.unpacked, "GPU004", message, autofix.shape_values(
+        src, ev.unpacked, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
 
 
 def _shape_arg_finding(src: PySource, ev: ShapeArgEvent) -> Finding:

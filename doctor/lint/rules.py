@@ -241,7 +241,9 @@ RULES: tuple[Rule, ...] = (
                  "N_t, N_h, N_w = grid_sizes[0]\nexpected_tokens = int(N_t * N_h * N_w)"),
         fix="N_t, N_h, N_w = grid_sizes[0].tolist()   # Python ints\nexpected_tokens = N_t * N_h * N_w",
         fix_safety=(
-            "unsafe: .tolist() gives Python numbers; code that later needs the values as tensors (a "
+            "unsafe: the values become Python numbers (.tolist() where the tensor is unpacked; where "
+            "another module passes it, `N_t, N_h, N_w = (int(v) for v in shape)` at the binding, which "
+            "also accepts the ints other callers pass); code that later needs the values as tensors (a "
             "torch op on them, .item(), .to()) would change, so check the uses. Re-run with "
             "CUDA_LAUNCH_BLOCKING=1 to find the kernel that really failed."
         ),
@@ -526,8 +528,16 @@ RULES: tuple[Rule, ...] = (
             "BFloat16 and Float."
         ),
         example="model.to(torch.bfloat16)\nmodel.head = nn.Linear(1024, 10)",
-        fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
-        fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
+        fix=("model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists\n"
+             "# in a late method: ref_param = next(self.parameters()) first, then\n"
+             "self.head = Head(dim).to(device=ref_param.device, dtype=ref_param.dtype)"),
+        fix_safety=(
+            "unsafe: in a late method, its first line takes the weights the model already has (ref_param = "
+            "next(self.parameters())) and each module it creates is converted to their dtype and device, a "
+            "parameter's data inside nn.Parameter(...); new weights are rounded to the model's precision, and "
+            "a model without parameters has no reference. Display-only elsewhere: the right dtype and device "
+            "are those of the model the module joins."
+        ),
         near_misses=(
             "Modules converted later with module.to(...) (in place, or item by item: "
             "self.blocks[i] = block.to(...)), Parameters converted through .data, classes that cast their "

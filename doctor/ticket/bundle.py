@@ -6,6 +6,7 @@
                             CUDA_LAUNCH_BLOCKING=1 and TORCH_SHOW_CPP_STACKTRACES=1, and the line
                             and operator that really failed beside the line the first run blamed
     scan_probes(...)        the probes the explanation points at (`Entry.probes`)
+    code_patch(...)         the patch for the user's own files the traceback names (gpudoctor.patch)
     build_ticket(...)       all of it as one JSON-ready dict (`RUN_SCHEMA_VERSION`), redacted
     render_markdown/...     the ticket as `ticket.md` (under `MAX_TICKET_CHARS`), as terminal text
     write_bundle(...)       the bundle folder, never overwriting anything the user had
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
     from gpudoctor.ticket.runcmd import RunResult
 
 # 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...). 1.2: diagnosis.steps, the
-# fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them.
-RUN_SCHEMA_VERSION = "1.2"
+# fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them. 1.3:
+# diagnosis.code_patch, the patch for the user's code (gpudoctor.reports.codepatch), or null.
+RUN_SCHEMA_VERSION = "1.3"
+PATCH_TIME_S = 10.0  # the check of the user's code behind a failure
 MAX_TICKET_CHARS = 65_000  # GitHub and GitLab refuse an issue body of 65,536 characters or more
 LOCALIZE_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
 # Knowledge-base ids of the CUDA errors that surface at a later API call than the one that caused
@@ -126,6 +129,24 @@ def diagnose(text: str, match: Callable[[Iterable[str]], list] | None = None) ->
 
 def is_asynchronous(diagnosis: Diagnosis) -> bool:
     return any(m.id in ASYNC_IDS for m in diagnosis.matches)
+
+
+def code_patch(diagnosis: Diagnosis, cwd: str | None = None, time_limit: float = PATCH_TIME_S) -> dict[str, Any] | None:
+    """The patch for the user's own files that the failure's traceback names, checked with the
+    diagnosed entry's lint rules (gpudoctor.patch: bounded in files and time, never writes); None
+    when nothing was recognised or no frame is the user's code on this machine. Lint is imported
+    only when one is."""
+    best = diagnosis.best
+    if best is None or best.context_only or diagnosis.traceback is None:
+        return None
+    from gpudoctor.patch.locate import user_sites
+
+    sites = user_sites(diagnosis.traceback.frames, cwd)
+    if not sites:
+        return None
+    from gpudoctor.patch.search import find_patches
+
+    return find_patches(best.entry, sites, cwd=cwd, asynchronous=is_asynchronous(diagnosis), time_limit=time_limit)
 
 
 # --- localizing an asynchronous failure ----------------------------------------------------------
@@ -331,9 +352,11 @@ def build_ticket(
     created: str | None = None,
     tool_version: str | None = None,
     cwd: str | None = None,
+    code_patch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything about the run as one JSON-ready dict, redacted with `redactor` (a
-    `gpudoctor.reports.redact.Redactor`; None keeps everything as it was)."""
+    `gpudoctor.reports.redact.Redactor`; None keeps everything as it was). `code_patch`: the
+    patch for the user's code (`code_patch(diagnosis)`), redacted with the rest."""
     import gpudoctor
 
     if tool_version is None:
@@ -375,7 +398,7 @@ def build_ticket(
         # lines_in: what the matches' line numbers count: the run's output (output.log in the
         # bundle, `output.log` here), or the synchronous re-run's, which is not kept.
         "diagnosis": dict(_diagnosis_dict(shown), source=source,
-                          lines_in="output.log" if source == "run" else "synchronous re-run"),
+                          lines_in="output.log" if source == "run" else "synchronous re-run", code_patch=code_patch),
         "localization": localization.to_dict() if localization is not None else None,
         "scan": {"probes": [], "error": None, "report": None},
     }
@@ -521,6 +544,10 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         body += ["", "#### Error", "", md.fence("\n".join(lines[-_ERROR_LINES:]), "text")]
     elif matches:
         body += ["", "#### Error", "", md.fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
+    from gpudoctor.reports import codepatch
+
+    patch_lines = codepatch.render_markdown(diag.get("code_patch"), "####")
+    body += ["", *patch_lines] if patch_lines else []
 
     if entry:
         # The steps for this machine (from the bundle's scan) replace the entry's list and patch,
@@ -661,6 +688,10 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
         if loc.get("real") and loc["verdict"] == "moved":
             f = loc["real"]
             say(f"really failed at {f['file']}:{f['line']}" + (f": {f['code']}" if f.get("code") else ""), indent=4)
+    from gpudoctor.reports import codepatch
+
+    if codepatch.shows(diag.get("code_patch")):
+        codepatch.render_text(diag["code_patch"], console)
     if entry:
         if verbose:
             say(entry["what"], indent=2)

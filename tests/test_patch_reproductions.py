@@ -133,6 +133,26 @@ def test_view_after_transpose_in_another_module(tmp_path):
     assert clean == last_line(python(by_hand, "bench.py")) and clean.startswith("reference (2, 16, 64) ")
 
 
+def test_strided_view_into_a_kernel_that_checks(tmp_path):
+    """The Mamba-style mixer hands the convolution's (batch, length, channels) view, a transpose,
+    to a fused RMSNorm launcher that asserts its input is contiguous, in another module. The
+    diff makes the argument dense at the call, which is what `.contiguous()` by hand gives, and the
+    launcher's numbers are those of torch's own RMSNorm."""
+    root, patch, clean = fail_patch_apply_clean(tmp_path / "a", "mamba_norm", ["run.py"], "noncontiguous-kernel-input",
+                                                "GPU012", "unsafe")
+    assert patch["file"] == "model/mixer.py" and "kernels/rms_norm.py" in patch["command"]
+    by_hand = copy(tmp_path / "b", "mamba_norm")
+    mixer = by_hand / "model" / "mixer.py"
+    mixer.write_text(mixer.read_text().replace("rms_norm_fwd(h.transpose(1, 2),", "rms_norm_fwd(h.transpose(1, 2).contiguous(),"))
+    assert clean == last_line(python(by_hand, "run.py")) and clean.startswith("ok (2, 12, 16) ")
+    reference = copy(tmp_path / "c", "mamba_norm")
+    mixer = reference / "model" / "mixer.py"
+    mixer.write_text(mixer.read_text().replace(
+        "rms_norm_fwd(h.transpose(1, 2), self.norm_weight)",
+        "torch.nn.functional.rms_norm(h.transpose(1, 2), (16,), self.norm_weight, 1e-6)"))
+    assert abs(float(clean.split()[-1]) - float(last_line(python(reference, "run.py")).split()[-1])) < 1e-3
+
+
 _COUNT = '''
 import torch
 from torch.overrides import TorchFunctionMode
@@ -189,9 +209,10 @@ def test_shape_tensors_in_arithmetic_from_the_recorded_traceback(tmp_path, monke
     assert last_line(python(by_hand, "count.py")).split() == after
 
 
-@pytest.mark.parametrize("name", ["fantasy_world", "controlvideo_sdpa", "fa_lab"])
+@pytest.mark.parametrize("name", ["fantasy_world", "controlvideo_sdpa", "fa_lab", "mamba_norm"])
 def test_the_fixtures_are_untouched_by_the_tests(name):
     """The cycle runs on copies: the fixtures still hold the bugs."""
     text = "\n".join(p.read_text() for p in (FIXTURES / name).rglob("*.py"))
     assert "ref_param.device, dtype=ref_param.dtype" not in text and "sdpa_kernel(" not in text
     assert ".data = self.token_camera.data" not in text and ".transpose(1, 2).reshape(B, N, H * d)" not in text
+    assert ".transpose(1, 2).contiguous()" not in text

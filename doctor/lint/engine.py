@@ -371,7 +371,7 @@ def _lint_file(task: Task) -> FileResult:
     codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
         codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
-    elif task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
+    elif task.kind == rules.CPP and ("GPU009" in task.codes or "GPU012" in task.codes) and b"define" in data:
         from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
 
         result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
@@ -545,13 +545,21 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     rule's cross-file findings only)."""
     out: list[Finding] = []
     failed: list[InternalError] = []
+    checking: dict[str, Any] = {}  # GPU012: Python name of a binding -> the arguments its C++ function checks
     try:
-        out += _cpp_cross_file(by_path, tasks)
+        out += _cpp_cross_file(by_path, tasks, checking)
     except (RecursionError, MemoryError) as exc:
         failed.append(InternalError(None, "GPU009", f"the project is too large or too deeply nested to follow "
                                                     f"({type(exc).__name__})"))
     except Exception as exc:  # noqa: BLE001
         failed.append(InternalError(None, "GPU009", _describe(exc)))
+    try:
+        out += _contig_cross_file(by_path, tasks, checking)
+    except (RecursionError, MemoryError) as exc:
+        failed.append(InternalError(None, "GPU012", f"the project is too large or too deeply nested to follow "
+                                                    f"({type(exc).__name__})"))
+    except Exception as exc:  # noqa: BLE001
+        failed.append(InternalError(None, "GPU012", _describe(exc)))
     try:
         out += _python_cross_file(by_path, tasks, failed)
     except (RecursionError, MemoryError) as exc:
@@ -562,7 +570,9 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     return out, failed
 
 
-def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[Finding]:
+def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any]) -> list[Finding]:
+    """GPU009's findings; and, for GPU012, `checking` filled with the bindings whose C++
+    function checks an argument's contiguity (Python name -> pycontig.Check list)."""
     out: list[Finding] = []
     summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
     if summaries:
@@ -576,8 +586,11 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
                 defines.setdefault(name, []).append(path)
         cpprules.resolve_checks(summaries, facts, cpp_paths, defines=defines)
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
-        unprotected = cpprules.resolve_data_ptr(summaries, bound)
         aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}
+        if any("GPU012" in tasks[p].codes for p in tasks if tasks[p].kind == rules.PYTHON):
+            checking.update(cpprules.checking_bindings(summaries, bound, aliases))
+        summaries = [s for s in summaries if s.path in tasks and "GPU009" in tasks[s.path].codes]
+        unprotected = cpprules.resolve_data_ptr(summaries, bound) if summaries else []
         if unprotected and aliases:
             # the entry points' own Python callers: read (in the parent) only the Python files
             # that mention a binding's name followed by "(", and only when a read is unprotected
@@ -616,6 +629,53 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
             f = cpprules.data_ptr_finding(s, i, call)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
+    return out
+
+
+_DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+
+
+def _contig_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any]) -> list[Finding]:
+    """GPU012 (gpudoctor.lint.pycontig): the calls that pass a strided view to a function or a
+    binding that checks its layout. Nothing is read unless a linted file calls something with a
+    strided view; then the Python files that define those names (`def NAME(`, an index of every
+    linted Python file, read once) are parsed, and those of the functions they hand their
+    parameters to."""
+    names = {path: fr.facts.strided_calls for path, fr in by_path.items()
+             if fr.facts is not None and getattr(fr.facts, "strided_calls", ())}
+    if not names:
+        return []
+    from gpudoctor.lint import pycontig
+
+    loaded: dict[str, Any] = {}
+
+    def load(path: str) -> Any:
+        if path not in loaded:
+            loaded[path] = _load_python(path)
+        return loaded[path]
+
+    defined_in: dict[str, list[str]] = {}
+
+    def definers(wanted: set[str]) -> list[Any]:
+        if not defined_in:
+            defined_in[""] = []  # built
+            for path in sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON):
+                try:
+                    with open(path, "rb") as fh:
+                        data = fh.read(MAX_BYTES)
+                except OSError:
+                    continue
+                for name in set(_DEFINED.findall(data)):
+                    defined_in.setdefault(name.decode("ascii", "replace"), []).append(path)
+        paths = sorted({p for n in wanted for p in defined_in.get(n, ())})
+        return [src for src in (load(p) for p in paths) if src is not None]
+
+    sources = [src for src in (load(p) for p in sorted(names)) if src is not None]
+    out = []
+    for f in pycontig.resolve(sources, names, definers, checking, lambda p: p):
+        fr = by_path.get(f.path)
+        if fr is None or not suppressed(f, fr.suppress):
+            out.append(f)
     return out
 
 

@@ -66,6 +66,9 @@ class Facts:
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
+    # GPU012: the names this file calls with a strided view (gpudoctor.lint.pycontig), for the
+    # cross-file step that finds which of them check their input's layout
+    strided_calls: tuple[str, ...] = ()
 
 
 def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
@@ -87,6 +90,10 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
         out += _xformers(src)
     if "GPU011" in codes:
         out += latemodules.module_after_cast(src, facts)
+    if "GPU012" in codes:
+        from gpudoctor.lint import pycontig
+
+        facts.strided_calls = pycontig.strided_calls(src)
     return out
 
 

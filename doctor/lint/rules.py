@@ -547,6 +547,45 @@ RULES: tuple[Rule, ...] = (
             "modules converted later in the same function, and casts to float32 do not fire."
         ),
     ),
+    Rule(
+        code="GPU012",
+        name="strided-into-checking-kernel",
+        kb_id="noncontiguous-kernel-input",
+        title="a transposed or permuted view is passed to a kernel that checks that its input is contiguous",
+        # Python: the calls; C++: the extension functions whose checks decide (GPU009's reading)
+        kinds=(PYTHON, CPP),
+        prefilter=((b"transpose(", b"permute(", b".t()", b".T", b".mT", b".mH", b".H", b"movedim(", b"moveaxis(",
+                    b"swapaxes(", b"swapdims(", b"adjoint(", b"PYBIND11_MODULE", b"TORCH_LIBRARY"),),
+        what=(
+            "A call passes a strided view (x.transpose(...), .permute(...), .t(), .T, .mT, .movedim(...), "
+            ".swapaxes(...), made at the call or assigned to the name it passes in straight-line code, and "
+            "kept through .to() / .float() / .clone() and the like) to a kernel that checks that argument's "
+            "contiguity: a Python function of the project that asserts it (assert x.is_contiguous(), "
+            "if not x.is_contiguous(): raise, as Triton launchers do), a C++ extension function bound for "
+            "Python that checks it (TORCH_CHECK(x.is_contiguous()), CHECK_INPUT; read as GPU009 reads it), "
+            "or a function that hands the parameter on unchanged to one of those. Reported at the argument."
+        ),
+        why=(
+            "A view made by a transpose or permute shares the storage with other strides, so it is not "
+            "contiguous, and the kernel refuses it where it checks: AssertionError, 'x must be contiguous', "
+            "'Expected x.is_contiguous() to be true'. The traceback ends inside the kernel's wrapper; the "
+            "argument to change is at the call."
+        ),
+        example=("def fwd(x):\n    assert x.is_contiguous()\n    return _launch(x)\n\n"
+                 "y = fwd(h.transpose(1, 2))"),
+        fix="y = fwd(h.transpose(1, 2).contiguous())",
+        fix_safety=(
+            "unsafe: .contiguous() copies a strided view, so a kernel that writes into that argument "
+            "(an output buffer passed in) writes into the copy; for inputs it is what the kernel asked for."
+        ),
+        near_misses=(
+            "Views made contiguous (.contiguous(), memory_format=), identity transposes and permutes, "
+            "names assigned in a branch or a loop on the way to the call, parameters, unpacked iterables, "
+            "kernels that copy (x = x.contiguous()) or read strides instead of checking, checks after the "
+            "parameter was rebound, methods and autograd.Function.apply, and library functions "
+            "(torch, numpy, einops) do not fire."
+        ),
+    ),
 )
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in RULES}

@@ -42,7 +42,7 @@ MAX_BY_HAND = 3  # display-only findings shown per rule
 _MAX_PARSE = 2 * 1024 * 1024  # a traceback file larger than this is not parsed for its functions
 
 # Rules whose finding is only about this failure where the traceback reaches it (tiers 0-2).
-NEAR = frozenset({"GPU001", "GPU002", "GPU003", "GPU004", "GPU008"})
+NEAR = frozenset({"GPU001", "GPU002", "GPU003", "GPU004", "GPU008", "GPU012"})
 
 # What the line a rule's patch changes is, for "the patch changes line 31, where ...".
 CHANGES = {
@@ -57,6 +57,7 @@ CHANGES = {
     "GPU009": "where the extension reads a raw pointer of a tensor it never checked",
     "GPU010": "where the allocator's size or release does not match",
     "GPU011": "where the module is created after the model was cast",
+    "GPU012": "where the call hands a transposed or permuted view to a kernel that checks its layout",
 }
 
 

@@ -140,6 +140,27 @@ def test_a_project_whose_lint_configuration_excludes_the_traceback_files_checks_
     assert (root / "wan/modules/attention.py").read_text() == expected["wan/modules/attention.py"]
 
 
+def test_a_strided_view_into_a_checking_kernel_patches_the_call_not_the_check(tmp_path, monkeypatch):
+    """The traceback stops at the launcher's `assert x.is_contiguous()`; the patch makes the
+    argument dense at the call in the model, the frame before it (GPU012)."""
+    root = copy(tmp_path, "mamba_norm")
+    data = explain_json(root, "traceback.txt", monkeypatch)
+    assert data["verdict"]["id"] == "noncontiguous-kernel-input"
+    code = data["code_patch"]
+    assert code["status"] == "found" and code["rules"] == ["GPU012", "GPU009"]
+    [patch] = code["patches"]
+    assert (patch["rule"], patch["applicability"], patch["file"], patch["lines"]) == \
+        ("GPU012", "unsafe", "model/mixer.py", [21, 21])
+    assert patch["where"] == ("The patch changes line 21, where the traceback passes on its way to the error (it "
+                              "stops at kernels/rms_norm.py:8).")
+    assert "+        y = rms_norm_fwd(h.transpose(1, 2).contiguous(), self.norm_weight)" in patch["diff"]
+    assert patch["command"] == \
+        "gpudoctor lint --fix --unsafe-fixes --select GPU012 model/mixer.py kernels/rms_norm.py"
+    expected = apply_diff(root, patch["diff"])
+    assert lint_command(patch["command"], root).returncode == 0
+    assert (root / "model/mixer.py").read_text() == expected["model/mixer.py"]
+
+
 def test_no_kernel_image_patches_the_build_flags_of_another_file(tmp_path, monkeypatch):
     root = copy(tmp_path, "fa_lab")
     code = explain_json(root, "no_kernel_traceback.txt", monkeypatch)["code_patch"]
@@ -432,7 +453,7 @@ def test_every_entry_names_real_rules_and_every_rule_is_named_by_its_own_entry()
     wanted = {"misaligned-address": "GPU004", "view-stride": "GPU003", "dtype-mismatch": "GPU011",
               "parameter-reassign": "GPU005", "attention-oom": "GPU001", "xformers-flash-invalid-argument": "GPU007",
               "flash-attn-unsupported": "GPU008", "sdp-kernel-deprecated": "GPU002", "no-kernel-image": "GPU006",
-              "noncontiguous-kernel-input": "GPU009", "custom-allocator": "GPU010"}
+              "noncontiguous-kernel-input": "GPU012", "custom-allocator": "GPU010"}
     assert all(code in kb.load_entry(kb_id).lint for kb_id, code in wanted.items())
 
 
@@ -478,3 +499,78 @@ def test_run_puts_the_patch_in_the_ticket_bundle(tmp_path):
     [patch] = record["diagnosis"]["code_patch"]["patches"]
     assert patch["lines"] == [3, 3] and "+    return o.transpose(1, 2).reshape(B, N, H * d)" in patch["diff"]
     assert (tmp_path / "heads.py").read_text().count(".view(") == 1  # run never modifies a file
+
+
+# --- a verdict that is no entry: the same analysis in explain and run, and no code patch -------------
+
+
+_FAILING = ("import sys\n"
+            "sys.stderr.write('Traceback (most recent call last):\\n'\n"
+            "                 '  File \"heads.py\", line 3, in merge\\n'\n"
+            "                 '    return o.transpose(1, 2).view(B, N, H * d)\\n'\n"
+            "                 {message!r})\n"
+            "sys.exit(1)\n")
+_HEADS = "def merge(o):\n    B, H, N, d = o.shape\n    return o.transpose(1, 2).view(B, N, H * d)\n"
+
+
+@pytest.mark.parametrize("kind, message, title", [
+    ("unrecognised", "RuntimeError: CUDA error: operation not supported on global/shared address space\n"
+                     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                     "below might be incorrect.\n",
+     "Unrecognised CUDA error: operation not supported on global/shared address space"),
+    ("platform", "RuntimeError: MPS backend out of memory (MPS allocated: 17.50 GB, other allocations: 1.02 GB, max "
+                 "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool. Use "
+                 "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system "
+                 "failure).\n",
+     "Not NVIDIA CUDA: Apple MPS (Metal)"),
+])
+def test_a_verdict_that_is_no_entry_is_run_s_too_and_patches_nothing(tmp_path, monkeypatch, kind, message, title):
+    """A traceback naming a file here whose view lint would rewrite (GPU003), under a verdict that
+    is a platform or a CUDA error no entry explains: `run` says what `explain` says (the kind, the
+    title, the steps), in its terminal output, ticket and run.json, and neither prints a patch."""
+    (tmp_path / "heads.py").write_text(_HEADS)
+    (tmp_path / "fail.py").write_text(_FAILING.format(message=message))
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--bundle", "bundle", "--no-scan", "--",
+                           sys.executable, "fail.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert f"gpudoctor: {title}" in proc.stderr and "Patch for" not in proc.stderr
+    assert ("What applies:" if kind == "platform" else "First steps:") in proc.stderr
+    record = json.loads((tmp_path / "bundle" / "run.json").read_text())
+    diag = record["diagnosis"]
+    assert record["schema_version"] == "1.3" and diag["verdict"]["kind"] == kind and diag["verdict"]["title"] == title
+    assert diag["entry"] is None and diag["code_patch"] is None and diag[kind]["steps"]
+    ticket = (tmp_path / "bundle" / "ticket.md").read_text()
+    assert ticket.startswith(f"### `{shlex.join([sys.executable, 'fail.py'])}` fails: ") and \
+        ("#### What applies" if kind == "platform" else "#### First steps") in ticket
+    # explain reads the same output the same way, and patches nothing either
+    data = explain_json_any(tmp_path, "bundle/output.log", monkeypatch)
+    assert data["verdict"]["kind"] == kind and data["verdict"]["title"] == title and data["code_patch"] is None
+    assert {k: diag["verdict"][k] for k in ("kind", "title", "line", "error", "platform")} == \
+        {k: data["verdict"][k] for k in ("kind", "title", "line", "error", "platform")}
+    assert (tmp_path / "heads.py").read_text() == _HEADS
+
+
+def explain_json_any(root: Path, file: str, monkeypatch) -> dict:
+    """explain --format json on a file, whatever its exit code (1 when the verdict is no entry)."""
+    monkeypatch.chdir(root)
+    r = runner.invoke(app, ["explain", "--file", file, "--format", "json"])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)
+
+
+def test_run_s_entry_is_the_verdict_s_with_the_versions_the_output_names(tmp_path):
+    """run reads the entry as explain does (Entry.advised): the xformers fix names the torch the
+    output names, not a placeholder."""
+    from gpudoctor.ticket import bundle
+
+    text = ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+            "    PyTorch 2.5.1+cu121 with CUDA 1201 (you have 2.7.0+cu128)\n"
+            "    Python  3.11.10 (you have 3.11.10)\n")
+    diagnosis = bundle.diagnose(text)
+    from gpudoctor.explain.explanation import from_analysis
+    from gpudoctor.explain.matcher import analyse_text
+
+    explained = from_analysis(analyse_text(text))
+    assert diagnosis.kind == explained.kind == "entry" and diagnosis.entry.id == explained.entry.id
+    assert diagnosis.entry.fix == explained.entry.fix and diagnosis.entry.patch == explained.entry.patch
+    assert diagnosis.entry.patch != kb.load_entry(diagnosis.entry.id).patch and "2.7.0+cu128" in diagnosis.entry.patch

@@ -209,14 +209,22 @@ def _unrecognised_dict(explanation: Explanation) -> dict[str, Any] | None:
             "references": [{"title": r.title, "url": r.url} for r in notice.references]}
 
 
-def to_dict(explanation: Explanation) -> dict[str, Any]:
-    """The public JSON shape of the module docstring."""
+def verdict_parts(explanation: Explanation) -> dict[str, Any]:
+    """`verdict`, `platform` and `unrecognised` of the JSON shape: what was concluded, which `run`
+    records in its diagnosis too (gpudoctor.ticket)."""
     platform = explanation.platform
     return {
-        "schema_version": EXPLAIN_SCHEMA_VERSION,
         "verdict": _verdict(explanation),
         "platform": platform.to_dict(cuda_entries_apply=explanation.entry is not None) if platform else None,
         "unrecognised": _unrecognised_dict(explanation),
+    }
+
+
+def to_dict(explanation: Explanation) -> dict[str, Any]:
+    """The public JSON shape of the module docstring."""
+    return {
+        "schema_version": EXPLAIN_SCHEMA_VERSION,
+        **verdict_parts(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
         "code_patch": explanation.code_patch,

@@ -371,6 +371,11 @@ def _lint_file(task: Task) -> FileResult:
     codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
         codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
+        if "GPU012" in codes:
+            from gpudoctor.lint.pycontig import MAY_CHECK
+
+            if not MAY_CHECK.search(data):  # no function here checks; its callers are read when one does
+                codes.discard("GPU012")
     elif task.kind == rules.CPP and ("GPU009" in task.codes or "GPU012" in task.codes) and b"define" in data:
         from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
 
@@ -546,15 +551,17 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     out: list[Finding] = []
     failed: list[InternalError] = []
     checking: dict[str, Any] = {}  # GPU012: Python name of a binding -> the arguments its C++ function checks
+    # the Python files by the names they call: read once (when GPU009 or GPU012 first needs it)
+    calling = _CallIndex(sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON))
     try:
-        out += _cpp_cross_file(by_path, tasks, checking)
+        out += _cpp_cross_file(by_path, tasks, checking, calling)
     except (RecursionError, MemoryError) as exc:
         failed.append(InternalError(None, "GPU009", f"the project is too large or too deeply nested to follow "
                                                     f"({type(exc).__name__})"))
     except Exception as exc:  # noqa: BLE001
         failed.append(InternalError(None, "GPU009", _describe(exc)))
     try:
-        out += _contig_cross_file(by_path, tasks, checking)
+        out += _contig_cross_file(by_path, tasks, checking, calling)
     except (RecursionError, MemoryError) as exc:
         failed.append(InternalError(None, "GPU012", f"the project is too large or too deeply nested to follow "
                                                     f"({type(exc).__name__})"))
@@ -570,7 +577,8 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     return out, failed
 
 
-def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any]) -> list[Finding]:
+def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
+                    calling: "_CallIndex") -> list[Finding]:
     """GPU009's findings; and, for GPU012, `checking` filled with the bindings whose C++
     function checks an argument's contiguity (Python name -> pycontig.Check list)."""
     out: list[Finding] = []
@@ -594,30 +602,6 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], chec
         if unprotected and aliases:
             # the entry points' own Python callers: read (in the parent) only the Python files
             # that mention a binding's name followed by "(", and only when a read is unprotected
-            python_paths = sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON)
-            loaded: dict[str, Any] = {}
-            called_in: dict[str, list[str]] = {}  # a name followed by "(" -> the Python files that have it
-
-            def calling(names) -> list[Any]:
-                """The project's Python files that call one of these names (each file read once
-                for an index of the names it calls, parsed once when needed)."""
-                if not called_in:
-                    for path in python_paths:
-                        try:
-                            with open(path, "rb") as fh:
-                                data = fh.read(MAX_BYTES)
-                        except OSError:
-                            continue
-                        for name in set(_CALLED.findall(data)):
-                            called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
-                out = []
-                for path in sorted({p for n in names for p in called_in.get(n, ())}):
-                    if path not in loaded:
-                        loaded[path] = _load_python(path)
-                    if loaded[path] is not None:
-                        out.append(loaded[path])
-                return out
-
             sources = calling(aliases)
             try:
                 calls = pycallers.python_calls(sources, aliases, calling) if sources else {}
@@ -632,49 +616,72 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], chec
     return out
 
 
-_DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+class _CallIndex:
+    """The project's Python files that call one of some names (`name(` in their bytes): each
+    file is read once for an index of the names it calls, and parsed once when first needed
+    (`loaded`, path -> PySource or None)."""
+
+    def __init__(self, paths: list[str], loaded: dict[str, Any] | None = None) -> None:
+        self.paths = paths
+        self.loaded: dict[str, Any] = {} if loaded is None else loaded
+        self.called_in: dict[str, list[str]] | None = None
+
+    def load(self, path: str) -> Any:
+        if path not in self.loaded:
+            self.loaded[path] = _load_python(path)
+        return self.loaded[path]
+
+    def __call__(self, names: Any) -> list[Any]:
+        if self.called_in is None:
+            self.called_in = {}
+            for path in self.paths:
+                data = self._read(path)
+                for name in set(_CALLED.findall(data)) if data else ():
+                    self.called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
+        paths = sorted({p for n in names for p in self.called_in.get(n, ())})
+        return [src for src in (self.load(p) for p in paths) if src is not None]
+
+    def few(self, names: set[str]) -> list[Any]:
+        """The same for a few names, without the index (one search per file, about twice as
+        fast as indexing every name a file calls) unless the index was already built."""
+        if self.called_in is not None or not names:
+            return self(names)
+        pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+        paths = [p for p in self.paths if (data := self._read(p)) and pattern.search(data)]
+        return [src for src in (self.load(p) for p in paths) if src is not None]
+
+    @staticmethod
+    def _read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read(MAX_BYTES)
+        except OSError:
+            return b""
 
 
-def _contig_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any]) -> list[Finding]:
+def _contig_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
+                       calling: "_CallIndex") -> list[Finding]:
     """GPU012 (gpudoctor.lint.pycontig): the calls that pass a strided view to a function or a
-    binding that checks its layout. Nothing is read unless a linted file calls something with a
-    strided view; then the Python files that define those names (`def NAME(`, an index of every
-    linted Python file, read once) are parsed, and those of the functions they hand their
-    parameters to."""
-    names = {path: fr.facts.strided_calls for path, fr in by_path.items()
-             if fr.facts is not None and getattr(fr.facts, "strided_calls", ())}
-    if not names:
+    binding that checks its layout. Nothing is read unless a linted file has a function that
+    checks (its worker says so) or a binding's C++ function checks; then the Python files that
+    call those names (an index of the names each linted Python file calls, read once) are parsed,
+    and the callers of the wrappers among them."""
+    checkers = {path: fr.facts.contig_checkers for path, fr in by_path.items()
+                if fr.facts is not None and getattr(fr.facts, "contig_checkers", ())}
+    if not checkers and not checking:
         return []
     from gpudoctor.lint import pycontig
 
-    loaded: dict[str, Any] = {}
-
-    def load(path: str) -> Any:
-        if path not in loaded:
-            loaded[path] = _load_python(path)
-        return loaded[path]
-
-    defined_in: dict[str, list[str]] = {}
-
-    def definers(wanted: set[str]) -> list[Any]:
-        if not defined_in:
-            defined_in[""] = []  # built
-            for path in sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON):
-                try:
-                    with open(path, "rb") as fh:
-                        data = fh.read(MAX_BYTES)
-                except OSError:
-                    continue
-                for name in set(_DEFINED.findall(data)):
-                    defined_in.setdefault(name.decode("ascii", "replace"), []).append(path)
-        paths = sorted({p for n in wanted for p in defined_in.get(n, ())})
-        return [src for src in (load(p) for p in paths) if src is not None]
-
-    sources = [src for src in (load(p) for p in sorted(names)) if src is not None]
     out = []
-    for f in pycontig.resolve(sources, names, definers, checking, lambda p: p):
+    for f in pycontig.resolve(checkers, calling.load, calling.few, checking, lambda p: p):
+        if "GPU012" not in tasks[f.path].codes:
+            continue  # a caller in a file the configuration leaves GPU012 out of
         fr = by_path.get(f.path)
-        if fr is None or not suppressed(f, fr.suppress):
+        table = fr.suppress if fr is not None else {}
+        src = calling.loaded.get(f.path)
+        if not table and src is not None and "gpudoctor:" in src.text:  # a file no worker parsed
+            table = _suppressions(src.text, rules.PYTHON)
+        if not suppressed(f, table):
             out.append(f)
     return out
 

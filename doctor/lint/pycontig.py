@@ -29,16 +29,17 @@ Calls are resolved as GPU009's Python callers are (gpudoctor.lint.pycallers): by
 module, imported from a project module, `module.f(...)`, an extension module's `_C.f(...)`.
 Methods, `autograd.Function.apply` and functions held in variables are not followed.
 
-Per file (in the worker): `strided_calls(src)`, the names this file calls with a strided argument
-(no other file is read unless there is one). The project step (`resolve`, from
-gpudoctor.lint.engine's cross-file step) finds the functions of those names in the project,
-follows wrappers and reports. Standard library only (`ast`).
+Per file (in the worker): `checking_functions(src)`, the functions of a file that mentions
+`is_contiguous` which check a parameter. The project step (`resolve`, from gpudoctor.lint.engine's
+cross-file step) starts from those and from the checking bindings, and reads only the files that
+call them (and, for wrappers, the files that call the wrappers): nothing else is parsed.
+Standard library only (`ast`).
 """
 from __future__ import annotations
 
 import ast
-import builtins
-from typing import Callable, Iterable
+import re
+from typing import Callable
 
 from gpudoctor.lint import pycallers as pc
 from gpudoctor.lint.model import UNSAFE, Edit, Finding, Fix
@@ -47,12 +48,11 @@ from gpudoctor.lint.pysource import PySource, finding
 _VIEWS = {"transpose", "permute", "t", "movedim", "moveaxis", "swapaxes", "swapdims", "adjoint"}
 _VIEW_ATTRS = {"T", "mT", "mH", "H"}
 _KEEPS = {"to", "float", "half", "bfloat16", "double", "detach", "clone", "cuda", "cpu", "requires_grad_", "type"}
-_BUILTINS = set(dir(builtins))
+# A Python file that may define a checking function (the worker parses it for GPU012 only then):
+# `assert x.is_contiguous()`, `assert all(t.is_contiguous() ...)`, `if not x.is_contiguous():`.
+MAY_CHECK = re.compile(rb"^[ \t]*(?:assert|if[ \t]+not)\b[^\n]*\.is_contiguous\(", re.M)
 _MAX_WRAPPERS = 3
 _MAX_NAMES = 8  # names followed back through assignments, per argument
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-_INNER = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-          ast.GeneratorExp)
 
 
 # --- strided views ------------------------------------------------------------------------------
@@ -222,83 +222,6 @@ def strided(e: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
     return strided(value, scope, depth + 1) if value is not None else None
 
 
-# --- the worker's side: calls with a strided argument ----------------------------------------------
-
-
-def _scoped_calls(tree: ast.Module) -> Iterable[tuple[ast.Call, ast.AST]]:
-    stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
-    while stack:
-        node, scope = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            stack.append((child, child if isinstance(child, _SCOPES) else scope))
-            if isinstance(child, ast.Call):
-                yield child, scope
-
-
-def _library(src: PySource, name: str) -> bool:
-    qual = src.imports.get(name) or src.relative.get(name) or ""
-    return bool(qual) and qual.split(".")[0] in pc._LIBRARIES
-
-
-def _candidate(src: PySource, call: ast.Call) -> str | None:
-    """The name of a call that may reach a project function or an extension binding: `f(...)`
-    (not a builtin, not a library's), `mod.f(...)` on an imported module or a module-level name."""
-    f = call.func
-    if isinstance(f, ast.Name):
-        if _library(src, f.id) or (f.id in _BUILTINS and f.id not in src.imports and f.id not in src.shadowed):
-            return None
-        return f.id
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id not in ("self", "cls"):
-        recv = f.value.id
-        if _library(src, recv) or recv in pc._LIBRARIES:
-            return None
-        if recv in src.imports or recv in src.relative or recv in src.shadowed:
-            return f.attr
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute):
-        chain = pc._dotted(f.value) or ""
-        if chain.split(".")[0] not in pc._LIBRARIES and chain.split(".")[0] not in ("self", "cls") and chain:
-            return f.attr  # pkg._C.fwd(...)
-    return None
-
-
-def _view_names(tree: ast.Module) -> set[str]:
-    """Names the file assigns a strided view anywhere (only those are followed back to their
-    definition: the other names cost nothing)."""
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-            pairs = [(target, value)]
-            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
-                pairs = list(zip(target.elts, value.elts))
-            out |= {t.id for t, v in pairs if isinstance(t, ast.Name) and view_of(v) is not None}
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None and \
-                view_of(node.value) is not None:
-            out.add(node.target.id)
-    return out
-
-
-def _named(e: ast.AST) -> str | None:
-    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _KEEPS:
-        e = e.func.value
-    return e.id if isinstance(e, ast.Name) else None
-
-
-def strided_calls(src: PySource) -> tuple[str, ...]:
-    """The names this file calls with an argument known to be a strided view (module docstring):
-    the project step looks only at these."""
-    names: set[str] = set()
-    views = _view_names(src.tree)
-    for call, scope in _scoped_calls(src.tree):
-        name = _candidate(src, call)
-        if name is None or name in names:
-            continue
-        args = [a for a in call.args if not isinstance(a, ast.Starred)] + [k.value for k in call.keywords if k.arg]
-        if any(view_of(a) is not None or (_named(a) in views and strided(a, scope) is not None) for a in args):
-            names.add(name)
-    return tuple(sorted(names))
-
-
 # --- which functions check ------------------------------------------------------------------------
 
 
@@ -348,8 +271,9 @@ def direct_checks(fn: ast.AST, shown: str) -> list[Check]:
     body = list(fn.body)  # type: ignore[attr-defined]
     out: list[Check] = []
     seen: set[str] = set()
-    rebound: set[str] = set()
-    for st in body:
+    for k, st in enumerate(body):
+        if not isinstance(st, (ast.Assert, ast.If)):
+            continue
         names: list[str] = []
         if isinstance(st, ast.Assert):
             names = [n for part in _parts(st.test, ast.And) for n in _contig_test(part)]
@@ -358,127 +282,115 @@ def direct_checks(fn: ast.AST, shown: str) -> list[Check]:
                 if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
                     names += [n for inner in _parts(part.operand, ast.And) for n in _contig_test(inner)]
         for n in names:
-            if n in seen or n in rebound or (n not in positional and n not in keyword_only):
+            if n in seen or (n not in positional and n not in keyword_only):
                 continue
             seen.add(n)
+            if any(_binds(prev, n) for prev in body[:k]):
+                continue  # rebound before the check: the check is not about what the caller passed
             position = positional.index(n) if n in positional else None
             how = "asserts" if isinstance(st, ast.Assert) else "raises unless"
             out.append(Check(position, n, f"{how} `{n}.is_contiguous()` ({shown}:{st.lineno})", (shown, st.lineno)))
-        rebound |= {p for p in positional + keyword_only if _binds(st, p)}
     return out
 
 
-def _passes(fn: ast.AST) -> list[tuple[str, int | None, ast.Call, int | str]]:
-    """(parameter, its position, the call, where it is passed: position or keyword) for each
-    parameter the function hands on unchanged (never rebound in it) to a call of its own scope."""
-    positional, keyword_only = _params(fn)
-    params = positional + keyword_only
-    stable = [p for p in params if not any(_binds(st, p) for st in fn.body)]  # type: ignore[attr-defined]
-    if not stable:
-        return []
-    out = []
-    for call, scope in _scoped_calls(ast.Module(body=list(fn.body), type_ignores=[])):  # type: ignore[attr-defined]
-        if not isinstance(scope, ast.Module):
-            continue  # a nested function's call
-        for i, a in enumerate(call.args):
-            if isinstance(a, ast.Starred):
-                break
-            if isinstance(a, ast.Name) and a.id in stable:
-                out.append((a.id, positional.index(a.id) if a.id in positional else None, call, i))
-        for k in call.keywords:
-            if k.arg and isinstance(k.value, ast.Name) and k.value.id in stable:
-                out.append((k.value.id, positional.index(k.value.id) if k.value.id in positional else None, call, k.arg))
-    return out
+def checking_functions(src: PySource) -> tuple[str, ...]:
+    """The module-level functions of a file that check a parameter's contiguity (the worker's
+    side: the project step starts from these)."""
+    return tuple(sorted(st.name for st in src.tree.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and "is_contiguous" in src.scope_text(st) and direct_checks(st, "")))
 
 
-# --- the project step -------------------------------------------------------------------------------
+class _Callee:
+    """A function or binding that checks, by the name calls spell it: the module-level function
+    (`owner`, `fn`) or None for a binding, and the parameters it checks."""
+
+    __slots__ = ("owner", "fn", "checks")
+
+    def __init__(self, owner: pc._Module | None, fn: ast.AST | None, checks: list[Check]) -> None:
+        self.owner, self.fn, self.checks = owner, fn, checks
+
+    def called_by(self, site: pc._Site, project: pc._Project) -> bool:
+        if self.fn is None:
+            return pc._is_binding_call(site, project)
+        return pc._is_call_of_function(site, self.fn, self.owner, project)
 
 
-class _Resolver:
-    """The functions of the project by name (found on demand: `definers(names)` gives the
-    PySources that define them), what each checks (directly, or through the functions it hands
-    its parameters to), and the extension bindings that check (`bindings`: Python name -> checks)."""
+def resolve(checkers: dict[str, tuple[str, ...]], load: Callable[[str], PySource | None],
+            calling: Callable[[set[str]], list], bindings: dict[str, list[Check]],
+            shown: Callable[[str], str]) -> list[Finding]:
+    """GPU012's findings. `checkers`: path -> the checking functions a worker found there;
+    `load(path)`: its PySource; `calling(names)`: the project's PySources that call one of these
+    names; `bindings`: Python name of a binding -> the parameters its C++ function checks;
+    `shown(path)`: a path as a message names it. From the callees to their callers: a call that
+    passes a strided view at a checked place is a finding; one that passes a parameter of the
+    module-level function it sits in, unchanged, makes that function a callee too (a wrapper),
+    whose callers are read next, up to `_MAX_WRAPPERS` deep."""
+    project = pc._Project()
 
-    def __init__(self, definers: Callable[[set[str]], list], bindings: dict[str, list[Check]],
-                 shown: Callable[[str], str]) -> None:
-        self.project = pc._Project()
-        self.definers = definers
-        self.bindings = bindings
-        self.shown = shown
-        self.asked: set[str] = set()
-        self.memo: dict[int, list[Check] | None] = {}
+    def module(src: PySource) -> pc._Module:
+        pc._add_module(project, src)
+        return next(m for m in project.modules if m.src.path == src.path)
 
-    def add(self, src: PySource) -> pc._Module:
-        pc._add_module(self.project, src)
-        return next(m for m in self.project.modules if m.src.path == src.path)
-
-    def functions(self, name: str) -> list[tuple[pc._Module, ast.AST]]:
-        if name not in self.asked:
-            self.asked.add(name)
-            for src in self.definers({name}):
-                self.add(src)
-        return [(m, m.functions[name]) for m in self.project.modules if name in m.functions]
-
-    def callee(self, site: pc._Site, depth: int = 0) -> tuple[str, list[Check]] | None:
-        """(how the callee is named, what it checks) for a call, or None when it checks nothing
-        this step knows of."""
-        name = pc._call_name(site.call)
-        for owner, fn in self.functions(name):
-            if pc._is_call_of_function(site, fn, owner, self.project):
-                checks = self.checks(fn, owner, depth)
-                return (f"{name}()", checks) if checks else None
-        if name in self.bindings and pc._is_binding_call(site, self.project):
-            return f"{name}()", self.bindings[name]
-        return None
-
-    def checks(self, fn: ast.AST, owner: pc._Module, depth: int = 0) -> list[Check]:
-        key = id(fn)
-        if key in self.memo:
-            return self.memo[key] or []
-        self.memo[key] = None  # a cycle checks nothing more
-        path = self.shown(owner.src.path)
-        out = direct_checks(fn, path)
-        if depth < _MAX_WRAPPERS:
-            have = {c.name for c in out}
-            for param, position, call, passed in _passes(fn):
-                if param in have:
-                    continue
-                inner = self.callee(pc._Site(call, owner, fn), depth + 1)
-                if inner is None:
-                    continue
-                callee_name, inner_checks = inner
-                for c in inner_checks:
-                    if (isinstance(passed, int) and c.position == passed) or (isinstance(passed, str) and c.name == passed):
-                        out.append(Check(position, param, f"hands `{param}` to {callee_name}, which {c.why}", c.where))
-                        have.add(param)
-                        break
-        self.memo[key] = out
-        return out
-
-
-def resolve(sources: list[PySource], names: dict[str, tuple[str, ...]], definers: Callable[[set[str]], list],
-            bindings: dict[str, list[Check]], shown: Callable[[str], str]) -> list[Finding]:
-    """GPU012's findings in `sources` (the files with strided calls; `names`: path -> the names
-    they call with a strided argument). `definers(names)`: the project's PySources that define
-    one of these names (`def NAME(`); `bindings`: Python name of a binding -> the parameters its
-    C++ function checks; `shown(path)`: a path as the message names it."""
-    resolver = _Resolver(definers, bindings, shown)
+    callees: dict[str, list[_Callee]] = {}
+    for path, names in sorted(checkers.items()):
+        src = load(path)
+        if src is None:
+            continue
+        m = module(src)
+        for name in names:
+            fn = m.functions.get(name)
+            checks = direct_checks(fn, shown(path)) if fn is not None else []
+            if checks:
+                callees.setdefault(name, []).append(_Callee(m, fn, checks))
+    for name, checks in bindings.items():
+        callees.setdefault(name, []).append(_Callee(None, None, checks))
     out: list[Finding] = []
-    modules = [resolver.add(src) for src in sources]
-    for m in modules:
-        for name, site in pc._calls(m, set(names.get(m.src.path, ()))):
-            callee = resolver.callee(site)
-            if callee is None:
-                continue
-            callee_name, checks = callee
-            for c in checks:
-                arg = pc._passed(site.call, c.position if c.position is not None else -1, c.name)
-                if arg is None or arg is pc._STARRED:
+    done: set[tuple[str, int, int, str]] = set()
+    frontier, asked = set(callees), set()
+    for depth in range(_MAX_WRAPPERS + 1):
+        if not frontier:
+            break
+        for src in calling(frontier - asked):
+            module(src)
+        asked |= frontier
+        wrappers: set[str] = set()
+        for m in list(project.modules):
+            for name, site in pc._calls(m, frontier):
+                key = (m.src.path, site.call.lineno, site.call.col_offset, name)
+                if key in done:
                     continue
-                view = strided(arg, site.scope)
-                if view is not None:
-                    out.append(_finding(m.src, arg, view, callee_name, c))
+                done.add(key)
+                callee = next((c for c in callees.get(name, ()) if c.called_by(site, project)), None)
+                if callee is None:
+                    continue
+                for check in callee.checks:
+                    arg = pc._passed(site.call, check.position if check.position is not None else -1, check.name)
+                    if arg is None or arg is pc._STARRED:
+                        continue
+                    view = strided(arg, site.scope)
+                    if view is not None:
+                        out.append(_finding(m.src, arg, view, f"{name}()", check))
+                        continue
+                    param = m.param_of(arg, site.scope) if depth < _MAX_WRAPPERS else None
+                    if param is not None:
+                        fn, position, pname = param
+                        wrapper = _wrapper(callees, m, fn)
+                        if all(c.name != pname for c in wrapper.checks):
+                            wrapper.checks.append(Check(position, pname, f"hands `{pname}` to {name}(), which "
+                                                                          f"{check.why}", check.where))
+                            wrappers.add(fn.name)  # type: ignore[attr-defined]
+        frontier = wrappers
     return out
+
+
+def _wrapper(callees: dict[str, list[_Callee]], owner: pc._Module, fn: ast.AST) -> _Callee:
+    name = fn.name  # type: ignore[attr-defined]
+    for c in callees.setdefault(name, []):
+        if c.fn is fn:
+            return c
+    made = _Callee(owner, fn, [])
+    callees[name].append(made)
+    return made
 
 
 def _finding(src: PySource, arg: ast.expr, view: ast.AST, callee: str, check: Check) -> Finding:

@@ -66,9 +66,9 @@ class Facts:
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
-    # GPU012: the names this file calls with a strided view (gpudoctor.lint.pycontig), for the
-    # cross-file step that finds which of them check their input's layout
-    strided_calls: tuple[str, ...] = ()
+    # GPU012: the file's module-level functions that check a parameter's contiguity
+    # (gpudoctor.lint.pycontig); the cross-file step reads their callers
+    contig_checkers: tuple[str, ...] = ()
 
 
 def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
@@ -93,7 +93,7 @@ def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
     if "GPU012" in codes:
         from gpudoctor.lint import pycontig
 
-        facts.strided_calls = pycontig.strided_calls(src)
+        facts.contig_checkers = pycontig.checking_functions(src)
     return out
 
 

@@ -552,10 +552,10 @@ RULES: tuple[Rule, ...] = (
         name="strided-into-checking-kernel",
         kb_id="noncontiguous-kernel-input",
         title="a transposed or permuted view is passed to a kernel that checks that its input is contiguous",
-        # Python: the calls; C++: the extension functions whose checks decide (GPU009's reading)
+        # Python: the functions that check (their callers are read by the cross-file step); C++:
+        # the extension functions whose checks decide (GPU009's reading: bindings, macros, helpers)
         kinds=(PYTHON, CPP),
-        prefilter=((b"transpose(", b"permute(", b".t()", b".T", b".mT", b".mH", b".H", b"movedim(", b"moveaxis(",
-                    b"swapaxes(", b"swapdims(", b"adjoint(", b"PYBIND11_MODULE", b"TORCH_LIBRARY"),),
+        prefilter=((b"is_contiguous", b"PYBIND11_MODULE", b"TORCH_LIBRARY", b"CHECK_"),),
         what=(
             "A call passes a strided view (x.transpose(...), .permute(...), .t(), .T, .mT, .movedim(...), "
             ".swapaxes(...), made at the call or assigned to the name it passes in straight-line code, and "

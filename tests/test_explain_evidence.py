@@ -189,9 +189,6 @@ def test_long_tail_wordings_of_known_causes(text, expected):
 
 
 @pytest.mark.parametrize("text, expected", [
-    # ROCm's wording of a build without code for the GPU
-    ("RuntimeError: HIP error: invalid device function\nHIP kernel errors might be asynchronously reported",
-     "no-kernel-image"),
     # Triton 3.x's ptxas step (Blackwell under an older bundled ptxas)
     ("ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'\n"
      "triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error", "torch-compile-failed"),

@@ -197,6 +197,19 @@ def test_cross_references_exist(entry):
         assert ref.url.startswith("https://"), ref.url
 
 
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.templates_from], ids=lambda e: e.id)
+def test_an_entry_reading_anothers_messages_applies_only_where_that_one_does(entry):
+    # attention-oom reads cuda-oom's out-of-memory messages: on a platform where cuda-oom does not
+    # apply (Apple MPS), the attention line in the traceback must not make it the verdict.
+    from gpudoctor.knowledge import notices
+
+    everywhere = set(notices.platform_ids()) | {notices.CUDA}
+    mine = set(entry.platforms) or everywhere
+    for other in entry.templates_from:
+        source = next(e for e in ENTRIES if e.id == other)
+        assert mine <= (set(source.platforms) or everywhere), (entry.id, other)
+
+
 # What users see names public cases and references: never the internal notes the knowledge base
 # grew from (the project's before-stop hook greps for the same words).
 _INTERNAL = re.compile(r"seed ?0[0-9][0-9]|field note", re.IGNORECASE)

@@ -159,8 +159,9 @@ class _Hits:
 
     weights: dict[str, float] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
-    # line -> (the text quoted for it, quoted by an anchor): one quote per line, an anchor's first
-    evidence: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    # line -> (the text quoted for it, quoted by an anchor, how many input lines it joins): one quote
+    # per line, an anchor's first, or the anchor that read the message across the most lines
+    evidence: dict[int, tuple[str, bool, int]] = field(default_factory=dict)
     anchor_lines: list[int] = field(default_factory=list)
     explaining: set[int] = field(default_factory=set)  # lines an anchor explains (not a trailer)
     anchor_kinds: set[str] = field(default_factory=set)  # template, pattern, fragment, support-needing
@@ -443,8 +444,9 @@ class Matcher:
                                   else "template" if pattern.template is not None else "pattern")
         anchor = pattern.role == "anchor"
         known = hits.evidence.get(line)
-        if (known is None and len(hits.evidence) < _MAX_HITS_KEPT) or (known is not None and anchor and not known[1]):
-            hits.evidence[line] = (text, anchor)
+        if (known is None and len(hits.evidence) < _MAX_HITS_KEPT) or (
+                known is not None and anchor and (not known[1] or lines > known[2])):
+            hits.evidence[line] = (text, anchor, lines)
         if decided and decided not in hits.decided_by:
             hits.decided_by.append(decided)
         if m is not None:
@@ -464,7 +466,7 @@ class Matcher:
             supports = sum(1 for name in hits.weights if hits.roles[name] == "support")
             # The line the verdict rests on (its first anchor) first, then the others in order.
             first = min(hits.anchor_lines)
-            evidence = sorted(((text, line) for line, (text, _) in hits.evidence.items()),
+            evidence = sorted(((text, line) for line, (text, _, _) in hits.evidence.items()),
                               key=lambda tl: (tl[1] != first, tl[1]))[:_MAX_EVIDENCE_PER_ENTRY]
             decided = list(hits.decided_by)
             for fact in entry.facts:

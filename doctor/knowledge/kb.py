@@ -285,6 +285,11 @@ def template_cut_regex(text: str) -> str | None:
 
 # --- entries ---------------------------------------------------------------------------------------
 
+# Every pattern reads ASCII words: `\b`, `\w` and `\s` as the programs that print the messages mean
+# them. A message quoted inside Chinese or Japanese prose ("会出现cuda out of memory", "显示GPU is
+# lost") starts a word after the ideograph, which Unicode rules count as a word character too.
+_FLAGS = re.ASCII
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -303,7 +308,7 @@ class Pattern:
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
         try:
-            return re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
+            return re.compile(self.source, _FLAGS | (re.IGNORECASE if self.ignore_case else 0))
         except re.error as exc:
             raise KnowledgeBaseError(f"pattern {self.name!r}: bad regex: {exc}") from None
 
@@ -317,7 +322,7 @@ class Pattern:
         if source is None:
             return None
         literal = len(_PLACEHOLDER.sub("", self.template.text))
-        return re.compile(source, re.IGNORECASE if self.ignore_case else 0), max(20, int(0.6 * literal))
+        return re.compile(source, _FLAGS | (re.IGNORECASE if self.ignore_case else 0)), max(20, int(0.6 * literal))
 
 
 class Reference(NamedTuple):

@@ -43,7 +43,8 @@ class Marker:
     @property
     def regex(self) -> re.Pattern[str]:
         if self._regex is None:
-            self._regex = re.compile(self.source, re.IGNORECASE if self.ignore_case else 0)
+            # ASCII words, as the knowledge base's patterns read them (gpudoctor.knowledge.kb)
+            self._regex = re.compile(self.source, re.ASCII | (re.IGNORECASE if self.ignore_case else 0))
         return self._regex
 
 
@@ -60,7 +61,7 @@ class Notice:
     @property
     def unless_regex(self) -> re.Pattern[str] | None:
         if self._unless is None and self.unless:
-            self._unless = re.compile("|".join(f"(?:{u})" for u in self.unless))
+            self._unless = re.compile("|".join(f"(?:{u})" for u in self.unless), re.ASCII)
         return self._unless
 
     def __repr__(self) -> str:

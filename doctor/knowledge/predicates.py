@@ -165,6 +165,18 @@ def fp8_condition(c: Captures) -> str | None:
     return None
 
 
+_FP8_METHOD = re.compile(r"fp8|float8", re.IGNORECASE)
+
+
+def fp8_method(c: Captures) -> str | None:
+    """A quantization method that is FP8 (vLLM's `fp8`, `fbgemm_fp8`, `modelopt_mxfp8`...), not
+    AWQ, bitsandbytes or FP4, whose GPU minimum the same message states."""
+    method = c.get("method", "").strip().strip("'\"`")
+    if method and _FP8_METHOD.search(method):
+        return f"the quantization method {method} is FP8"
+    return None
+
+
 def layout_condition(c: Captures) -> str | None:
     cond = c.get("cond", "").strip()
     if not cond or fp8_condition(c) or not _LAYOUT_CONDITION.search(cond):
@@ -230,6 +242,7 @@ LINE_PREDICATES: dict[str, Callable[[Captures], str | None]] = {
     "not-fp8-operands": not_fp8_operands,
     "layout-condition": layout_condition,
     "fp8-condition": fp8_condition,
+    "fp8-method": fp8_method,
     "materialising-backend": materialising_backend,
     "hardware-xid": hardware_xid,
 }

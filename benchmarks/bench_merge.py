@@ -113,6 +113,10 @@ def main() -> None:
             "gpudoctor merge (1 process)": ([py, "-c", "import os, sys; os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; "
                                              "from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
                                              f"{folder!r}, '--format', 'json', '-o', os.devnull, '-q']; main()"], None),
+            "gpudoctor merge, terminal text (1 process)": (
+                [py, "-c", "import os, sys; os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; os.environ['COLUMNS'] = '120'; "
+                 "from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
+                 f"{folder!r}, '--format', 'text', '-o', os.devnull]; main()"], None),
             "gpudoctor merge --no-redact": ([py, "-m", "gpudoctor", "merge", folder, "--no-redact", "--format", "json",
                                              "-o", os.devnull, "-q"], None),
             "gpudoctor merge": ([py, "-m", "gpudoctor", "merge", folder, "--format", "json", "-o", os.devnull, "-q"], None),
@@ -122,6 +126,10 @@ def main() -> None:
                 [py, "-c", f"import os, sys; sys.path.insert(0, {args.baseline!r}); os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; "
                  "from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
                  f"{folder!r}, '--format', 'json', '-o', os.devnull, '-q']; main()"], None)
+            commands["baseline merge, terminal text (1 process)"] = (
+                [py, "-c", f"import os, sys; sys.path.insert(0, {args.baseline!r}); os.environ['GPUDOCTOR_MERGE_JOBS'] = '1'; "
+                 "os.environ['COLUMNS'] = '120'; from gpudoctor.cli import main; sys.argv = ['gpudoctor', 'merge', "
+                 f"{folder!r}, '--format', 'text', '-o', os.devnull]; main()"], None)
             commands["baseline merge"] = (
                 [py, "-c", f"import sys; sys.path.insert(0, {args.baseline!r}); from gpudoctor.cli import main; "
                  f"sys.argv = ['gpudoctor', 'merge', {folder!r}, '--format', 'json', '-o', '/dev/null', '-q']; main()"], None)

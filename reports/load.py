@@ -506,34 +506,33 @@ def parse_documents(raw: bytes | str, label: str, *, skim: bool = True) -> list[
     """Every JSON document in `raw` (one report, or several written one after another; lines
     before a report, such as a scan's progress, are skipped), each validated. With `skim`, a
     report as gpudoctor writes it loses its results' details and findings before it is parsed
-    (`skim_bytes`), unless the cut text does not parse, when the whole is read."""
+    (`skim_bytes`); when the cut text does not read as reports, or one of them is refused, the
+    whole is read, so that every refusal is the whole reading's."""
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
     if skim:
         cut = skim_bytes(data)
         if cut is not None:
             # Only what is kept is decoded: bytes the merge skips are neither decoded nor parsed.
-            # Anything wrong in the kept part (invalid UTF-8, a NUL, a JSON error) is said by the
-            # whole reading below, in the words `gpudoctor report` uses.
+            # Anything wrong in the kept part (invalid UTF-8, a NUL, a JSON error, a refusal) is
+            # said by the whole reading below, in the words `gpudoctor report` uses.
             try:
-                out = _documents(cut.decode("utf-8-sig"), label, strict_json=True)
-            except (UnicodeDecodeError, _NotJSON):
-                out = None
-            if out is not None:
-                return out
+                return _documents(cut.decode("utf-8-sig"), label, skimmed=True)
+            except (UnicodeDecodeError, _NotSkimmed):
+                pass
     try:
         text = decode(data, label)
     except ReportError as exc:
         return [Document(label, error=_reason(str(exc), label))]
-    return _documents(text, label, strict_json=False)
+    return _documents(text, label, skimmed=False)
 
 
-class _NotJSON(Exception):
-    """The cut text of a skimmed report does not parse: read the whole instead."""
+class _NotSkimmed(Exception):
+    """The cut text of a skimmed report is not reports the skim made: read the whole instead."""
 
 
-def _documents(text: str, label: str, *, strict_json: bool) -> list[Document]:
-    """The reports in `text`, each read and validated. `strict_json`: `text` is a skimmed report
-    laid out as gpudoctor writes one; a JSON error raises _NotJSON (the caller reads the whole)."""
+def _documents(text: str, label: str, *, skimmed: bool) -> list[Document]:
+    """The reports in `text`, each read and validated. `skimmed`: `text` is what `skim_bytes`
+    kept; anything but reports it made raises _NotSkimmed (the caller reads the whole)."""
     out: list[Document] = []
     pos, n = 0, 0
     length = len(text)
@@ -550,25 +549,38 @@ def _documents(text: str, label: str, *, strict_json: bool) -> list[Document]:
         n += 1
         name = label if n == 1 else f"{label}#{n}"
         try:
-            try:
-                doc, pos = _decode_at(text, pos, name)
-            except ReportError as exc:
-                if strict_json and ("not valid JSON" in str(exc) or "ends early" in str(exc)):
-                    raise _NotJSON() from None  # the cut text: the whole is read, its error said as report says it
-                raise
+            doc, pos = _decode_at(text, pos, name)
             _check_depth(doc, name)
         except ReportError as exc:  # where this document ends is not known: the rest is not read
+            if skimmed:
+                raise _NotSkimmed() from None
             out.append(Document(name, error=_reason(str(exc), name)))
             break
         try:
             validate(doc, name)
         except ReportError as exc:
+            if skimmed:
+                raise _NotSkimmed() from None
             out.append(Document(name, error=_reason(str(exc), name)))
             continue
+        if skimmed and not _skimmed_results(doc["results"]):
+            raise _NotSkimmed()
         out.append(Document(name, data=doc))
     if not out:
+        if skimmed:
+            raise _NotSkimmed()
         out.append(Document(label, error="is empty, not a report"))
     return out
+
+
+def _skimmed_results(results: list[dict[str, Any]]) -> bool:
+    """Whether every result of a skimmed report held the six fields gpudoctor writes before its
+    details (and matmul-sanity's the throughput): a result that did not, or wrote them in another
+    order, may have lost what the merge reads to the cut."""
+    sizes = set(map(len, results))
+    if sizes <= {_SKIMMED_RESULT}:
+        return True
+    return all(len(r) == _SKIMMED_RESULT + ("details" in r) for r in results)
 
 
 def _reason(message: str, name: str) -> str:
@@ -579,49 +591,75 @@ def _reason(message: str, name: str) -> str:
 
 # The skim. A node report is ~330 KB of pretty JSON, most of it probe `details`, `findings` and
 # stderr tails that the merge never reads: of each result it reads the probe, device, status and
-# summary, and matmul-sanity's throughput. `render_json` writes indent=2 and each result's keys in
-# a fixed order (probe, title, device, status, summary, duration_s, details, findings, exit_code,
-# signal, stderr_tail), so a result's `details` opens with a line `      "details": ` and the
-# result closes at the first later line that is exactly four spaces and `}`: a JSON string cannot
-# hold a raw newline, and everything inside is indented deeper. `skim_bytes` cuts each result from
-# its `details` to its end (keeping matmul-sanity's details, which close at the first line of six
-# spaces and `}`), on the raw bytes, before decoding; text not laid out like that (other
-# indentation, compact JSON, a hand edit) is parsed whole.
+# summary, and matmul-sanity's throughput. `render_json` writes indent=2, `results` last, and each
+# result's keys in a fixed order (probe, title, device, status, summary, duration_s, details,
+# findings, exit_code, signal, stderr_tail), so a result's `details` opens with a line
+# `      "details": ` after its duration's comma, and the result closes at the first later line that
+# is exactly four spaces and `}`: a JSON string cannot hold a raw newline, and everything inside is
+# indented deeper. That line is followed by the next result (`,` and a line of four spaces and `{`)
+# or by the end of the results and of the report (a line `  ]`, a line `}`); anything else is not
+# gpudoctor's layout. `skim_bytes` cuts each result from the comma before its `details` to its end
+# (of matmul-sanity's details it keeps the `throughput` member), on the raw bytes, before decoding;
+# text not laid out like that (other indentation, compact JSON, a hand edit) is parsed whole, and
+# so is a skimmed report that is refused (`parse_documents`): a refusal is always the whole
+# reading's, in `gpudoctor report`'s words. The searches use needles long enough for the byte
+# search to skip (a short one such as `\n    }` crawls through indentation), and the results' end
+# is one regular expression: one pass over the bytes.
 _RESULTS_MARK = b'\n  "results": [\n'
-_DETAILS = b'\n      "details": '
-_DETAILS_OPEN = b'\n      "details": {\n'
-_DETAILS_END = b"\n      }"
-_RESULT_END = b"\n    }"
-_EMPTY_DETAILS = b'\n      "details": {}'
+_DETAILS = b',\n      "details": '
+_RESULT_END = re.compile(rb"\n    \}(?:(,\n    \{\n)|\n  \]\n\})?")  # group 1: another result follows
 _PROBE_LINE = b'\n      "probe": '
 _KEEP_DETAILS = b'\n      "probe": "matmul-sanity"'
+_THROUGHPUT = b'\n        "throughput": '
+_KEPT_DETAILS = b',\n      "details": {\n        "throughput": '
+_KEPT_CLOSE = b"\n      }"
+_SKIMMED_RESULT = 6  # the keys a skimmed result holds (probe .. duration_s); matmul-sanity's 7
 
 
 def skim_bytes(raw: bytes) -> bytes | None:
-    """`raw` with each result cut after its duration (details, but matmul-sanity's, findings, exit
-    code, signal and stderr tail), or None when it is not laid out as gpudoctor writes a report."""
-    pos = raw.find(_RESULTS_MARK)
-    if pos < 0:
+    """`raw` with each result cut after its duration (details, but matmul-sanity's throughput,
+    findings, exit code, signal and stderr tail), or None when it is not laid out as gpudoctor
+    writes a report."""
+    mark = raw.find(_RESULTS_MARK)
+    if mark < 0:
         return None
-    parts = [raw[:pos]]
+    parts = []
     append = parts.append
     find, rfind, startswith = raw.find, raw.rfind, raw.startswith
-    start = find(_DETAILS, pos)
+    search = _RESULT_END.search
+    pos = 0  # raw[:pos] is dealt with
+    start = find(_DETAILS, mark)
     while start >= 0:
-        close = find(_RESULT_END, start)
-        if close < 0:
+        end = search(raw, start)
+        if end is None:
             return None
+        close = end.start()
         head = rfind(_PROBE_LINE, pos, start)
-        if head >= 0 and startswith(_KEEP_DETAILS, head) and startswith(_DETAILS_OPEN, start):
-            end = find(_DETAILS_END, start + len(_DETAILS_OPEN) - 1, close)
-            if end < 0:
-                return None
-            append(raw[pos:end + len(_DETAILS_END)])  # matmul-sanity's throughput is read
-        else:
-            append(raw[pos:start])
-            append(_EMPTY_DETAILS)
+        append(raw[pos:start])
+        if head >= 0 and startswith(_KEEP_DETAILS, head):
+            value = find(_THROUGHPUT, start, close)  # a member of the details (indented 8), if any
+            if value >= 0:
+                value += len(_THROUGHPUT)
+                first = raw[value:value + 2]
+                stop = find(b"\n        }" if first == b"{\n" else b"\n        ]" if first == b"[\n" else b"\n",
+                            value, close)
+                if stop < 0:
+                    return None
+                if first in (b"{\n", b"[\n"):
+                    stop += 10
+                elif raw[stop - 1:stop] == b",":
+                    stop -= 1
+                append(_KEPT_DETAILS)
+                append(raw[value:stop])
+                append(_KEPT_CLOSE)
         pos = close
-        start = find(_DETAILS, pos)
+        if end.group(1) is not None:
+            start = find(_DETAILS, end.end())
+        elif end.end() > close + 6:  # the report ends: the next one's results, if another follows
+            following = find(_RESULTS_MARK, end.end())
+            start = find(_DETAILS, following) if following >= 0 else -1
+        else:
+            return None  # a line of four spaces and `}` that is not a result's end
     append(raw[pos:])
     return b"".join(parts)
 

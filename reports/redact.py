@@ -410,29 +410,64 @@ class Redactor:
 
     def value(self, value: Any, key: str | None = None) -> Any:
         """A redacted copy of a JSON-like value; `key` is the dict key it was found under."""
-        if key is not None and is_secret_name(key) and value not in (None, True, False, ""):
-            if isinstance(value, (dict, list, tuple)):
-                return self._mask_leaves(value)
-            return self.pseudonym("secret", str(value))
-        if key is not None and _is_host_name(key):
+        if key is not None:
+            kind = _KEY_KINDS.get(key)
+            if kind is None:
+                kind = _key_kind(key)
+            if kind is not _PLAIN and kind is not _VERSION:
+                special = self._keyed(value, key, kind)
+                if special is not _NOT_SPECIAL:
+                    return special
+        else:
+            kind = _PLAIN
+        # By exact type first (the common case of a fleet's 60,000 values), then as before.
+        t = type(value)
+        if t is str:
+            return self.text(value, versions=kind is _VERSION)
+        if t is dict:
+            keys = self._key_text
+            return {keys(k): self.value(v, k if type(k) is str else str(k)) for k, v in value.items()}
+        if t is list:
+            return [self.value(v) for v in value]
+        if t is int or t is float or t is bool or value is None:
+            return value
+        if isinstance(value, str):
+            return self.text(value, versions=kind is _VERSION)
+        if isinstance(value, dict):
+            return {self.text(str(k)): self.value(v, str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
+
+    def _key_text(self, key: Any) -> str:
+        """A dict key, redacted (keys repeat: the memo of `text` answers most)."""
+        key = key if type(key) is str else str(key)
+        known = self._memo.get((key, False))
+        return known if known is not None else self.text(key)
+
+    def _keyed(self, value: Any, key: str, kind: int) -> Any:
+        """What a key that says what its value is (a secret, a host, an identity) makes of it, or
+        _NOT_SPECIAL when the value is redacted as any other."""
+        if kind == _SECRET:
+            if value not in (None, True, False, ""):
+                if isinstance(value, (dict, list, tuple)):
+                    return self._mask_leaves(value)
+                return self.pseudonym("secret", str(value))
+            return _NOT_SPECIAL
+        if kind == _HOST:
             # hostname, MASTER_ADDR, NCCL_COMM_ID, node_list; every value of a dict under one:
             # {"hostname": {"name": ..., "node_list": ...}}
             if isinstance(value, (dict, list, tuple)):
                 return self._host_leaves(value, key)
             if isinstance(value, str) and value.strip():
                 return self._host_string(value, key)
-        kind = IDENTITY_KEYS.get(key.lower()) if key is not None else None
-        if kind is not None and isinstance(value, str) and value.strip():
-            if kind == "uuid" and _UUID.search(value):
+            return _NOT_SPECIAL
+        identity = IDENTITY_KEYS[key.lower()]
+        if isinstance(value, str) and value.strip():
+            if identity == "uuid" and _UUID.search(value):
                 return self.text(value)  # GPU-<uuid-1>, the same as in the text around it
-            return self.pseudonym(kind, value)
-        if isinstance(value, str):
-            return self.text(value, versions=key is not None and "version" in key.lower())
-        if isinstance(value, dict):
-            return {self.text(str(k)): self.value(v, str(k)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.value(v) for v in value]
-        return value
+            return self.pseudonym(identity, value)
+        return _NOT_SPECIAL
 
     def _host_string(self, value: str, key: str) -> str:
         """A string that a key says is a host (or a host list, an address with a port): this
@@ -514,6 +549,29 @@ class Redactor:
         rest = stream.flush()
         if rest:
             yield rest
+
+
+# What a dict key says of its value, in the order `Redactor.value` asks: a secret, a host, an
+# identity, a version (dotted quads kept), anything else. A pure function of the key, remembered.
+_PLAIN, _SECRET, _HOST, _IDENTITY, _VERSION = 0, 1, 2, 3, 4
+_KEY_KINDS: dict[str, int] = {}
+_NOT_SPECIAL = object()
+
+
+def _key_kind(key: str) -> int:
+    if is_secret_name(key):
+        kind = _SECRET
+    elif _is_host_name(key):
+        kind = _HOST
+    elif IDENTITY_KEYS.get(key.lower()) is not None:
+        kind = _IDENTITY
+    elif "version" in key.lower():
+        kind = _VERSION
+    else:
+        kind = _PLAIN
+    if len(_KEY_KINDS) < 4096:
+        _KEY_KINDS[key] = kind
+    return kind
 
 
 def _home() -> str:

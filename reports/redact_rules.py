@@ -172,6 +172,13 @@ _PEM_LAST_LINE = re.compile(r"[A-Za-z0-9+/=]{1,128}")
 _PEM_BODY_LINE = re.compile(r"[A-Za-z0-9+/=]{40,128}")
 
 _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,30}://)([^\s/?#@'\"<>\\]{1,256})@")
+# A password that holds '/', '?' or '#' unencoded (a base64 password pasted into DATABASE_URL; no
+# URL parser reads it, every person does): after `user:`, up to an '@' that a host follows. Not a
+# `host:port/path@x` (the port is digits), nor an '@' in a path (no ':' before the first '/').
+_URL_SLASHED_PASSWORD = re.compile(
+    r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,30}://)"
+    r"([^\s/?#@:'\"<>\\]{0,128}:(?!\d{1,5}(?:[/?#]|\Z))(?=[^\s@'\"<>\\]{0,256}?[/?#])[^\s@'\"<>\\]{1,256}?)@(?=[A-Za-z0-9\[])"
+)
 _GENERIC_URL_USERS = frozenset({"git", "anonymous", "ftp", "hg", "svn"})
 
 # An AWS secret access key has no prefix: 40 characters of base64 with upper, lower and digits (a

@@ -35,7 +35,7 @@ from gpudoctor.reports.redact_rules import (
     _LINE_VALUE, _LOG_LEVEL, _LOOSE, _LOOSE_VALUE, _LOOSE_WORDS, _mixed_case_and_digit,
     _name_before, _names_a_secret, _NETRC, _pem_body_start, _PEM_MARKER, _PEM_SPLIT,
     _plausible_secret, _QUERY_VALUE, _SECRET_CONTEXT, _secret_level, _secret_shaped,
-    _skip_string_prefix, _URL_USERINFO, _WANDB_LOGIN, _WORD_VALUE, is_secret_name,
+    _skip_string_prefix, _URL_SLASHED_PASSWORD, _URL_USERINFO, _WANDB_LOGIN, _WORD_VALUE, is_secret_name,
 )
 from gpudoctor.reports.redact_spans import RANK_KEY, RANK_SECRET, Hit, Span, scan
 
@@ -90,6 +90,7 @@ def forms(r: "Redactor", s: str) -> list[Span]:
             if info.startswith("<") or (":" not in info and info.lower() in _GENERIC_URL_USERS):
                 continue  # a placeholder already, or `git@`
             out.append(_secret(r, m.start(2), m.end(2) + 1, info, suffix="@"))
+        out += (_secret(r, m.start(2), m.end(2) + 1, m.group(2), suffix="@") for m in _URL_SLASHED_PASSWORD.finditer(s))
     if len(s) >= SHORTEST and GATE.search(s):
         present = [p for p in PREFIXES if p in s]
         if present:
@@ -125,15 +126,24 @@ def aws_secrets(r: "Redactor", s: str, found: list[Span]) -> list[Span]:
 _SUFFIX = r"(?:[_.-](?:\d{1,6}|v\d{1,3}|prod|production|dev|develop|staging|stage|test|qa|old|new|backup|bak|local|live|primary|secondary|main|default|ci|read|write|rw|ro))*"
 _NAMED = re.compile(
     r"(?i)(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?|cookie|sessionid|id"
-    r"|authorization|auth)" + _SUFFIX + r"(?=['\"`\]]{0,2}(?:[ \t]{0,40}[:=?+.>,]|[ \t]{1,4}[A-Za-z_])|['\"]?[ \t]*\r?\n)"
+    r"|authorization|auth)" + _SUFFIX
+    + r"(?=(?:\[\d{0,6}\])?['\"`\]]{0,2}(?:[ \t]{0,40}[:=?+.>,<]|[ \t]{1,4}[^\s])|['\"]?[ \t]*\r?\n)"
 )
 # A type between a name and its `=`: `key: str = "..."`, `val apiKey: String = "..."`, and after a
 # space, `var apiToken string = "..."` (Go).
-_TYPE = r"[A-Za-z_][\w.]{0,40}(?:\[[\w.\[\], |]{0,60}\]|<[\w.<>, ]{0,60}>)?\??[ \t]{1,4}=(?![=>~])[ \t]{0,40}"
+_TYPE = r"(?:&(?:'[A-Za-z_]\w{0,20}[ \t]{1,4})?(?:mut[ \t]{1,4})?|\*{1,2})?[A-Za-z_][\w.]{0,40}(?:\[[\w.\[\], |]{0,60}\]|<[\w.<>, ]{0,60}>)?\??[ \t]{1,4}=(?![=>~])[ \t]{0,40}"
 _TYPED = re.compile(_TYPE)
 _SPACE_TYPED = re.compile(r"[ \t]{1,4}" + _TYPE)
 # `==` compares and `=~ /re/` matches; `:/` starts a path or a URL's `://`.
-_OPERATOR = re.compile(r"[ \t]{0,40}(?::{1,3}=|\?\?=|[?+.]=|=>|=(?!=)(?!~[ \t/])|:(?![:=/]))[ \t]{0,40}")
+_OPERATOR = re.compile(r"[ \t]{0,40}(?::{1,3}=|\?\?=|[?+.]=|=>|=(?!=)(?!~[ \t/])|:(?![:=/])|<<?-(?![-\d]))[ \t]{0,40}")
+# The families of assignment without an operator: a name then a quoted literal (`#define NAME "v"`,
+# `fastcgi_param NAME "v";`, SQL's `PASSWORD 'v'`); a directive line, one word (and its flags),
+# the name and one value (Dockerfile `ENV NAME v`, Apache `SetEnv NAME v`, fish `set -gx NAME v`,
+# csh `setenv NAME v`); a two-column row that starts with the name (CSV `name,v`).
+_SPACE_QUOTED = re.compile(r"[ \t]{1,4}(?=['\"])")
+_DIRECTIVE = re.compile(r"[ \t]*#?[ \t]*[A-Za-z_][\w-]{0,30}(?:[ \t]{1,4}--?[A-Za-z][\w-]{0,20}){0,4}[ \t]{1,4}\Z")
+_DIRECTIVE_VALUE = re.compile(r"[ \t]{1,4}(?=([^\s'\"]{1,%d})[ \t]*;?[ \t]*(?:\r?\n|\Z))" % _LIMIT)
+_CSV_COMMA = re.compile(r"[ \t]{0,4},[ \t]{0,4}(?=[^\s,])")
 _CALL_COMMA = re.compile(r"[ \t]{0,4},[ \t]{0,4}(?=['\"])")
 _XML_ATTR = re.compile(r"[ \t]{1,8}value[ \t]{0,4}=[ \t]{0,4}(?=['\"])")
 _K8S_VALUE = re.compile(r"['\"]?[ \t]*\r?\n[ \t]{0,40}(?:-[ \t]{1,8})?value[ \t]{0,4}:[ \t]{0,8}")
@@ -234,8 +244,14 @@ def _assignment(text: str, end: int, name: str) -> tuple[int, str] | None:
     while i < len(text) and i - end < 2 and text[i] in "'\"`]":
         closer += text[i]
         i += 1
-    if "]" in closer:
+    if closer.startswith("]"):
         return None  # `d[storage_key] = x`: a variable used as an index, not a key's value
+    if not closer and text.startswith("[", end):
+        array = re.match(r"\[\d{0,6}\]", text[end:end + 8])
+        if array is None:
+            return None
+        i = end + array.end()  # `char db_password[] = "..."`: a declaration's array
+    # (`os.environ["DB_PASSWORD"] = "..."`: a string index names the key, and is read on.)
     start = _identifier_start(text, end)
     before = text[max(0, start - 16):start]
     if not closer and i < len(text) and text[i] == ">" and before.endswith("<"):
@@ -262,6 +278,19 @@ def _assignment(text: str, end: int, name: str) -> tuple[int, str] | None:
         typed = _SPACE_TYPED.match(text, i)
         if typed is not None:
             return (typed.end(), "=")  # `var apiToken string = "..."`
+    line = text.rfind("\n", 0, start) + 1
+    if closer in ("", '"', "'"):
+        m = _CSV_COMMA.match(text, i)
+        if m is not None and text[line:start].strip(" \t\"'") == "":
+            return (m.end(), "row")  # a CSV row `db_password,VALUE`
+    if closer:
+        return None
+    m = _SPACE_QUOTED.match(text, i)
+    if m is not None:
+        return (m.end(), "quoted")
+    m = _DIRECTIVE_VALUE.match(text, i)
+    if m is not None and _DIRECTIVE.fullmatch(text, line, start):
+        return (m.end(), "directive")
     return None
 
 
@@ -292,8 +321,15 @@ def _named_value(r: "Redactor", m: re.Match[str], text: str) -> Hit | None:
         if span and "{" in text[span[0]:span[1]]:
             return None  # an f-string: a template, filled in by the program
     i = j
-    if how in (",", "attr") and text[i:i + 1] not in ("'", '"'):
+    if how in (",", "attr", "quoted") and text[i:i + 1] not in ("'", '"'):
         return None
+    if how in ("quoted", "directive", "row"):
+        # Written without an operator: only a name that says secret (level 2), and a value shaped
+        # like a credential, not a word ("Set DB_PASSWORD first", "password,required").
+        if level < 2:
+            return None
+        return _mask_from(r, text, i, check=lambda v: _credential_like(v) and not _names_a_secret(v)
+                          and v.lower() != name.lower())
     if level == 1:
         return _weak_secret(r, text, i)
     word = m.group().lower()

@@ -296,8 +296,10 @@ def test_the_fast_path_reads_what_a_full_parse_reads():
     for r in full["results"]:
         for key in ("findings", "exit_code", "signal", "stderr_tail"):
             del r[key]  # not read by the merge: cut before parsing
-        if r["probe"] != "matmul-sanity":
-            r["details"] = {}
+        if r["probe"] == "matmul-sanity":
+            r["details"] = {"throughput": r["details"]["throughput"]}  # the throughput, and only it, is read
+        else:
+            del r["details"]
     assert skimmed == full
     # Compact JSON has no such shape: parsed whole, same merge.
     assert _skim(json.dumps(report).encode()) is None
@@ -321,7 +323,8 @@ def test_the_fast_path_applies_to_what_scan_writes_today():
         [(r["probe"], r["device"], r["status"], r["summary"]) for r in full["results"]]
     assert fast["environment"] == full["environment"]
     gemm = [r["details"] for r in fast["results"] if r["probe"] == "matmul-sanity"]
-    assert gemm == [r["details"] for r in full["results"] if r["probe"] == "matmul-sanity"] and gemm[0]
+    assert gemm == [{"throughput": r["details"]["throughput"]} for r in full["results"] if r["probe"] == "matmul-sanity"]
+    assert gemm[0]["throughput"]["measured"]
 
 
 def test_untrusted_text_stays_text(tmp_path):
@@ -497,3 +500,28 @@ def test_a_node_without_torch_is_one_finding_that_says_so(tmp_path):
     assert by_kind(data, "verdict-drift") == []
     assert data["findings"][0] is failed[0] or data["findings"][0] == failed[0]
     assert "node-3 rank 3: torch cannot be imported" in data["verdict"]
+
+
+def test_a_large_fleet_shows_alike_nodes_on_one_row_and_every_node_with_v(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    n = render.NODE_ROWS + 8
+    reports = [fs.node_report(i, nodes=n, gpus=1, torch="2.12.0+cu130" if i == 5 else "2.13.0+cu130") for i in range(n)]
+    data = merged(tmp_path, reports)
+
+    def shown(verbose: bool) -> str:
+        out = io.StringIO()
+        render.render_terminal(data, Console(file=out, width=200, color_system=None), verbose=verbose)
+        return out.getvalue()
+
+    text = shown(False)
+    assert f"Nodes ({n}): 2 rows" in text
+    rows = [line for line in text.splitlines() if line.strip().startswith(("node-", f"{n - 1} nodes"))]
+    assert len(rows) == 2
+    assert "node-5" in rows[0] and "2.12.0+cu130" in rows[0]  # the odd node first, on its own row
+    assert rows[1].strip().startswith(f"{n - 1} nodes: node-0 … node-{n - 1}") and "2.13.0+cu130" in rows[1]
+    every = shown(True)
+    assert all(re.search(rf"^\s*node-{i}\s", every, re.M) for i in range(n))
+    assert "rows" not in every.split("Nodes (")[1].splitlines()[0]

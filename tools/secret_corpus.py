@@ -5,6 +5,7 @@
     python tools/secret_corpus.py --json          # the figures as JSON
     python tools/secret_corpus.py --gitleaks PATH/config/gitleaks.toml   # what the table lacks
     python tools/secret_corpus.py --held-out      # syntaxes written after the detectors, unfitted
+    python tools/secret_corpus.py --held-out 2    # round 2 of them (see HELD_OUT_2)
 
 The corpus is made, not collected: every secret is drawn from its documented format (prefix,
 length, alphabet, and the checksum where the format has one: GitHub's and npm's CRC32 in base62,
@@ -492,6 +493,42 @@ HELD_OUT: dict[str, str] = {
     "gitconfig-url": '[url "https://oauth2:{s}@gitlab.example.com/"]',
     "log-kv-quoted": 'level=warn msg="auth retry" {snake}="{s}"',
 }
+# Round 2 of the held-out check, written (before any change it led to) when round 1's misses were
+# fixed: syntaxes of languages, tools and files that neither NAMED nor round 1 has, measured once
+# on the detectors as they were (`--held-out 2`). Its before-figure is in docs/reports.md.
+HELD_OUT_2: dict[str, str] = {
+    "nginx-fastcgi-param": 'fastcgi_param {UPPER} "{s}";',
+    "apache-setenv": "SetEnv {UPPER} {s}",
+    "lua-local": 'local {snake} = "{s}"',
+    "perl-my": "my ${snake} = '{s}';",
+    "r-assign": '{snake} <- "{s}"',
+    "elixir-config": 'config :app, {snake}: "{s}"',
+    "c-define": '#define {UPPER} "{s}"',
+    "c-char-array": 'static const char {snake}[] = "{s}";',
+    "fish-set": "set -gx {UPPER} {s}",
+    "compose-env-list": "    environment:\n      - {UPPER}={s}",
+    "helm-set": "helm upgrade --install app ./chart --set {dotted}={s}",
+    "kubectl-from-literal": "kubectl create secret generic app --from-literal={snake}={s}",
+    "json-spaced-colon": '{{ "{snake}" : "{s}" }}',
+    "python-environ-item": 'os.environ["{UPPER}"] = "{s}"',
+    "js-process-env": 'process.env.{UPPER} = "{s}";',
+    "yaml-flow-map": "auth: {{{snake}: {s}, user: bob}}",
+    "ansible-extra-vars": 'ansible-playbook site.yml -e "{snake}={s}"',
+    "spring-value-default": '@Value("${{{dotted}:{s}}}")',
+    "http-header-named": 'curl -H "X-{Camel}: {s}" https://api.example.com/v1/jobs',
+    "npmrc-auth": "//registry.npmjs.org/:_authToken={s}",
+    "sql-password": "ALTER USER app WITH PASSWORD '{s}';",
+    "pgpass-line": "db.internal:5432:app:alice:{s}",
+}
+# Round 2's connection strings: passwords with characters people leave unencoded ('/', '+', '='
+# of base64, '#'), in syntaxes URL_SYNTAXES does not have.
+URL_PASSWORD_2 = ALNUM + "/+="
+URL_HELD_OUT_2: dict[str, str] = {
+    "url2:cli-flag": "python manage.py migrate --database-url {url}",
+    "url2:celery": "broker_url = '{url}'",
+    "url2:compose": "      - DATABASE_URL={url}",
+    "url2:log-quoted": 'connecting to "{url}" failed: timeout',
+}
 URL_SYNTAXES: dict[str, str] = {
     "bare-log-line": "2026-03-14 09:26:53 INFO db: connecting to {url}",
     "dotenv": "DATABASE_URL={url}",
@@ -565,6 +602,27 @@ def held_out_cases(seed: int = SEED + 1) -> list[Case]:
             for syntax, template in HELD_OUT.items():
                 s = fam.make(rng)
                 out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+    return out
+
+
+def held_out_2_cases(seed: int = SEED + 2) -> list[Case]:
+    """Round 2 of the held-out check: HELD_OUT_2 for every family found by its name or form, and
+    connection strings whose password holds '/', '+' or '='."""
+    rng = _Random(seed)
+    out = []
+    for fam in FAMILIES:
+        if fam.kind in ("token", "password", "key"):
+            names = _names(fam.stem, fam.word)
+            for syntax, template in HELD_OUT_2.items():
+                s = fam.make(rng)
+                out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+        elif fam.kind == "url":
+            for syntax, template in URL_HELD_OUT_2.items():
+                for scheme, user, rest in URL_FORMS:
+                    s = rng.mixed(URL_PASSWORD_2, 20)
+                    s = s[:6] + "/" + s[7:14] + "+" + s[15:]  # at least one of each
+                    url = f"{scheme}://{user}:{s}@{rest}"
+                    out.append(Case(fam.name, syntax, template.format(url=url), (s,)))
     return out
 
 
@@ -669,6 +727,28 @@ LOOKALIKES: dict[str, tuple[str, ...]] = {
         "python -u train.py --model gpt2",
         "mysql -p -u root app",
     ),
+    # Round 2's fixes (assignment without an operator, a URL password holding '/') must not take these.
+    "no-operator": (
+        "Set DB_PASSWORD first, then run",
+        "password,required,string",
+        "db_password,<your password>",
+        "#define PASSWORD_MAX 128",
+        "static char password[64];",
+        "os.environ[\"HF_TOKEN\"] = token",
+        "ENV DB_PASSWORD_FILE /run/secrets/db",
+        "ENV HF_TOKEN $HF_TOKEN",
+        "set -gx HF_TOKEN (cat ~/.hf_token)",
+        'token <- Sys.getenv("HF_TOKEN")',
+        'expected token "}" at line 3',
+        'error: missing api_key "OPENAI_API_KEY"',
+        "if tokens <-1: pass",
+    ),
+    "url-path-at": (
+        "https://registry.example.com:8443/@acme/trainer/-/trainer-1.0.tgz",
+        "https://unpkg.com/react@18/umd/react.js",
+        "ssh://git@github.com:acme/repo.git@v1",
+        "s3://bucket/path/to/key@2x.png",
+    ),
     "identifiers": (
         "commit 70d99e9f4b3c2a1d0e9f8a7b6c5d4e3f2a1b0c9d",
         "sha256:6b1f0c2a9e4d8b3c7a5f1e2d3c4b5a6978877665544332211ffeeddccbbaa0099",
@@ -766,13 +846,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--misses", action="store_true", help="show every case whose secret survived")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--gitleaks", metavar="GITLEAKS_TOML", help="list gitleaks rules no family covers")
-    parser.add_argument("--held-out", action="store_true", help="measure the HELD_OUT syntaxes instead")
+    parser.add_argument("--held-out", nargs="?", const="1", choices=("1", "2"),
+                        help="measure a held-out round's syntaxes instead (1: HELD_OUT, 2: HELD_OUT_2)")
     args = parser.parse_args(argv)
     if args.gitleaks:
         gaps = gitleaks_gaps(args.gitleaks)
         print("\n".join(gaps) if gaps else "every prefixed gitleaks rule has a family here")
         return 0
-    corpus = held_out_cases() if args.held_out else cases()
+    corpus = {None: cases, "1": held_out_cases, "2": held_out_2_cases}[args.held_out]()
     misses, total, missed = measure(corpus)
     changed = lookalike_changes()
     n, m = len(corpus), len(misses)

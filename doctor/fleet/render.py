@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 FORMATS: tuple[str, ...] = ("text", "json", "md")
 CULPRIT_ROWS = 8  # culprits shown per finding on the terminal and in Markdown (JSON has them all)
 _CELL_LIMIT = 200
+NODE_ROWS = 32  # nodes listed one per row on the terminal; a larger fleet's alike nodes share a row (-v: all)
 _BRIEF = 20  # a version column's cell on the terminal; JSON and Markdown keep the whole text
 
 
@@ -127,25 +128,19 @@ def render_terminal(data: dict[str, Any], console: "Console", verbose: bool = Fa
 
     nodes = data.get("nodes") or []
     if nodes:
+        rows = [_node_row(node) for node in nodes]
+        grouped = not verbose and len(nodes) > NODE_ROWS
+        if grouped:
+            rows = _group_rows(rows)
         say()
-        say(Text(f"Nodes ({len(nodes)})", style="bold underline"))
+        say(Text(f"Nodes ({len(nodes)})" + (f": {plural(len(rows), 'row')}, nodes alike in GPUs, versions and "
+                                            "probes on one (-v lists every node)" if grouped else ""),
+                 style="bold underline"))
         table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
         for column in ("node", "ranks", "GPUs", "torch", "driver", "probes", "scan"):
             table.add_column(column, overflow="fold")
-        for node in nodes:
-            counts = node.get("counts") or {}
-            probes = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v) or "-"
-            versions = node.get("versions") or {}
-            ranks = node.get("ranks") or []
-            table.add_row(
-                as_text(str(node.get("name")), limit=_CELL_LIMIT),
-                as_text(_short_ranks(ranks), limit=_CELL_LIMIT),
-                as_text(_gpu_brief(node.get("gpus") or []), limit=_CELL_LIMIT),
-                as_text(_brief(versions.get("torch", "-")), limit=_CELL_LIMIT),
-                as_text(_brief(versions.get("driver", "-")), limit=_CELL_LIMIT),
-                as_text(probes, limit=_CELL_LIMIT),
-                Text(f"{node['duration_s']:.1f} s" if isinstance(node.get("duration_s"), (int, float)) else "-"),
-            )
+        for row in rows:
+            table.add_row(*(as_text(cell, limit=_CELL_LIMIT) for cell in row))
         say(table)
 
     stragglers = data.get("stragglers") or {}
@@ -181,6 +176,37 @@ def render_terminal(data: dict[str, Any], console: "Console", verbose: bool = Fa
 
     say()
     say(as_text(data.get("verdict", ""), style=verdict_style, limit=400))
+
+
+def _node_row(node: dict[str, Any]) -> tuple[str, ...]:
+    """A node's cells on the terminal: name, ranks, GPUs, torch, driver, probes, scan time."""
+    counts = node.get("counts") or {}
+    probes = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v) or "-"
+    versions = node.get("versions") or {}
+    duration = node.get("duration_s")
+    return (str(node.get("name")), _short_ranks(node.get("ranks") or []), _gpu_brief(node.get("gpus") or []),
+            _brief(versions.get("torch", "-")), _brief(versions.get("driver", "-")), probes,
+            f"{duration:.1f} s" if isinstance(duration, (int, float)) and not isinstance(duration, bool) else "-")
+
+
+def _group_rows(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """One row per set of nodes alike in GPUs, versions and probes (a 1,000-node fleet is a few
+    rows, its odd nodes first: the smallest groups lead), naming the group's first and last
+    node, its ranks and the range of its scan times; a node alone keeps its own row."""
+    groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for row in rows:
+        groups.setdefault(row[2:6], []).append(row)
+    out = []
+    for same, members in sorted(groups.items(), key=lambda item: len(item[1])):
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        names = f"{len(members)} nodes: {members[0][0]} … {members[-1][0]}"
+        ranks = ", ".join(m[1] for m in members[:3]) + (", …" if len(members) > 3 else "")
+        times = sorted(float(m[6][:-2]) for m in members if m[6] != "-")
+        scan = "-" if not times else f"{times[0]:.1f} s" if times[0] == times[-1] else f"{times[0]:.1f}-{times[-1]:.1f} s"
+        out.append((names, ranks, *same, scan))
+    return out
 
 
 def _short_ranks(ranks: list[Any]) -> str:

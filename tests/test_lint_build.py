@@ -413,3 +413,58 @@ def test_arch_lists_chosen_by_the_cuda_version_are_judged_per_branch(tmp_path):
 ])
 def test_the_toolkit_bound_of_a_branch(tests, below):
     assert archflags.toolkit_below(tests) == below
+
+
+MAKE_EXT = """
+import os
+from torch.utils.cpp_extension import CUDAExtension
+
+
+def make_cuda_ext(name, sources, extra_args=[]):
+    extra_compile_args = {"cxx": [] + extra_args}
+    extra_compile_args["nvcc"] = extra_args + [
+        "-D__CUDA_NO_HALF_OPERATORS__",
+        "-gencode=arch=compute_75,code=sm_75",
+        "-gencode=arch=compute_86,code=sm_86",  # <-
+    ]
+    return CUDAExtension(name=name, sources=sources, extra_compile_args=extra_compile_args)
+
+
+ext_modules = [make_cuda_ext("a", ["a.cu"]), make_cuda_ext("b", ["b.cu"], extra_args=["-w", "-std=c++17"])]
+"""
+
+
+def test_a_list_concatenated_with_a_parameter_its_callers_fill_with_other_flags(tmp_path):
+    """`extra_args + [single-token -gencode strings]` in a helper whose every call leaves
+    extra_args at its default or passes flags with no architecture: the list is judged."""
+    result = lint_source(tmp_path, MAKE_EXT, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(MAKE_EXT)
+    # a caller that passes architecture flags of its own makes the list unknowable: quiet
+    adds_ptx = MAKE_EXT.replace('extra_args=["-w", "-std=c++17"]', 'extra_args=["-gencode=arch=compute_90,code=compute_90"]')
+    assert lines(lint_source(tmp_path, adds_ptx, name="setup.py", select=["GPU006"]), "GPU006") == []
+
+
+COG = """
+build:
+  gpu: true
+  cuda: "11.8"
+  python_packages:
+    - "torch==2.1.0"
+  run:
+    - pip install ninja
+    - command: echo "TORCH_CUDA_ARCH_LIST is read from the build line below"
+    - TORCH_CUDA_ARCH_LIST='8.0' FORCE_CUDA=1 pip install ./ops  # <-
+    - |
+      cd kernels && nvcc -gencode arch=compute_86,code=sm_86 -c k.cu  # <-
+predict: "predict.py:Predictor"
+run:
+  - TORCH_CUDA_ARCH_LIST='7.0' echo "not under build: not a build command"
+"""
+
+
+def test_cog_build_commands_are_read_as_shell(tmp_path):
+    """A Cog build file's build.run commands (plain, `command:` mappings, block scalars) are read
+    like a shell script; the rest of the YAML is not."""
+    result = lint_tree(tmp_path, {"cog.yaml": COG}, select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(COG)
+    assert result.files_checked == 1

@@ -178,3 +178,47 @@ def test_a_file_alone_reports_what_it_can_see(tmp_path):
     """)
     result = lint_source(tmp_path, script, select=["GPU012"])
     assert lines(result, "GPU012") == marked_lines(script)
+
+
+MULTILINE_CHECK = """
+def gelu_fwd(x):
+    assert (
+        x.is_contiguous()
+    ), "x must be contiguous"
+    return x
+
+
+def gelu(h):
+    return gelu_fwd(h.permute(1, 0))  # <-
+"""
+
+
+def test_the_prefilters_lose_no_gpu012_finding(tmp_path):
+    """The worker parses a Python file for GPU012 only when it mentions `is_contiguous` (or a
+    binding or CHECK_), and the callers are read only by the cross-file step: with the
+    prefilters off (engine.lint(unfiltered=True)) the same findings, on launchers across
+    modules, a check spread over lines, a C++ binding that checks, and the patch fixture."""
+    import pathlib
+    import shutil
+
+    from gpudoctor.lint import engine
+
+    trees = {
+        "py": {"pkg/__init__.py": "", "pkg/ops.py": LAUNCHER, "pkg/model.py": CALLS, "pkg/gelu.py": MULTILINE_CHECK},
+        "ext": {"csrc/ext.cpp": EXTENSION, "pkg/__init__.py": "", "pkg/run.py": EXTENSION_CALLS},
+    }
+    roots = []
+    for name, files in trees.items():
+        lint_tree(tmp_path / name, files, select=["GPU012"])  # writes the files
+        roots.append(tmp_path / name)
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "patch" / "mamba_norm"
+    shutil.copytree(fixture, tmp_path / "mamba")
+    roots.append(tmp_path / "mamba")
+    for root in roots:
+        key = lambda r: sorted((f.path, f.line, f.col, f.code) for f in r.findings)  # noqa: E731
+        normal, _, _ = engine.lint([str(root)], select=["GPU012"], isolated=True, jobs=1)
+        unfiltered, _, _ = engine.lint([str(root)], select=["GPU012"], isolated=True, jobs=1, unfiltered=True)
+        assert normal.findings and key(unfiltered) == key(normal), root.name
+    gelu = [f for f in engine.lint([str(tmp_path / "py")], select=["GPU012"], isolated=True, jobs=1)[0].findings
+            if f.path.endswith("gelu.py")]
+    assert [f.line for f in gelu] == marked_lines(MULTILINE_CHECK)

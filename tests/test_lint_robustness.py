@@ -225,3 +225,18 @@ def test_a_cpp_file_over_the_parser_limit_is_reported_not_linted(tmp_path, monke
     assert [(os.path.basename(e.path), e.message) for e in result.errors] == \
         [("ext.cpp", "not linted for GPU009/GPU010: larger than 100 bytes, the limit of the C++ parser")]
     assert result.internal_errors == [] and result.findings == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", _real_trees()[:1] or [pytest.param(None, marks=pytest.mark.skip(
+    reason="torch is not installed here"))])
+def test_the_prefilters_skip_no_file_with_a_finding(tree):
+    """The byte prefilters (which files are read and parsed for a rule) and the per-function
+    trigger words (which functions the dataflow interprets) only save time: with them off
+    (engine.lint(unfiltered=True): every file parsed for every rule, every function interpreted,
+    the rules' own gates still on) the installed torch tree gives exactly the same findings."""
+    normal, _, _ = engine.lint([tree], isolated=True)
+    unfiltered, _, _ = engine.lint([tree], isolated=True, unfiltered=True)
+    key = lambda r: sorted((f.path, f.line, f.col, f.code) for f in r.findings)  # noqa: E731
+    assert key(unfiltered) == key(normal)
+    assert unfiltered.internal_errors == []

@@ -115,7 +115,8 @@ TALK = {
                 if speakers == 1:
                     return super().forward(x, audio, shape, ref)
                 frames, _, _ = shape  # <- site 2
-                return x.repeat(1, frames, 1)
+                per_frame = [x.shape[1] // 4] * frames
+                return x.repeat(1, len(per_frame), 1)
         """,
     "talk/utils/__init__.py": "",
     "talk/utils/maps.py": """
@@ -233,12 +234,14 @@ def patchify(videos):
         rows.append(torch.tensor(v.shape[1:], dtype=torch.long))
     for f, h, w in rows:  # <- loop over a list filled in a loop
         print(f * h)
-    seq_lens = torch.tensor([v.size(1) for v in videos], dtype=torch.long)
+    seq_lens = torch.tensor([v.size(1) for v in videos], dtype=torch.long, device=videos[0].device)
     max_len = seq_lens.max()  # <-
     padded = torch.zeros(len(videos), max_len, 16)
     total = seq_lens.sum()  # <-
     flat = torch.empty(total, 16)
-    return padded, flat, tokens
+    cpu_lens = torch.tensor([v.size(1) for v in videos], dtype=torch.long)
+    on_cpu = torch.zeros(cpu_lens.max(), 16)  # a CPU element as a size: __index__, no kernel, no sync
+    return padded, flat, tokens, on_cpu
 
 
 def fine(videos, seq_len):
@@ -276,7 +279,7 @@ RETURNS = {
 
 
         def token_lengths(latents):
-            return torch.tensor([u.size(1) for u in latents], dtype=torch.long)
+            return torch.tensor([u.size(1) for u in latents], dtype=torch.long).cuda()
 
 
         def as_ints(latents):

@@ -1,6 +1,6 @@
 """`gpudoctor lint`: find the known GPU failure patterns of the knowledge base in source code
 before it runs (Python via `ast`; C++/CUDA via tree-sitter's CUDA grammar; setup.py, CMake,
-Makefiles, shell scripts and Dockerfiles for build flags) and print the fix.
+Makefiles, shell scripts, Dockerfiles and cog.yaml for build flags) and print the fix.
 
 Modules: `rules` (the rules as data and their documentation; cheap to import), `model`
 (findings and graded fixes), `engine` (discovery, prefilter, workers, suppressions, cross-file

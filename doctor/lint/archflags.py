@@ -577,9 +577,74 @@ _ASSIGN_TORCH = re.compile(r"(?:^|[\s;(])(?:export\s+|ENV\s+|ARG\s+|set\(\s*|-D)
                            r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\";)]+)")
 
 
+def cog_commands(text: str) -> str:
+    """The shell commands of a Cog build file (`cog.yaml`: `build:` / `run:` / `- command`), each
+    at its own offset, with everything else blanked (newlines kept), so that the shell scanner
+    reads them and only them. Items may be plain (`- cmd`), quoted, `- command: cmd` mappings or
+    block scalars (`- |` followed by more-indented lines). A small reader of this one shape, not a
+    YAML parser: anything else is left out (read as nothing)."""
+    out = [c if c == "\n" else " " for c in text]
+    lines = text.splitlines(keepends=True)
+    starts = []
+    pos = 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line)
+
+    def indent(s: str) -> int:
+        return len(s) - len(s.lstrip(" "))
+
+    def keep(a: int, b: int) -> None:
+        out[a:b] = text[a:b]
+
+    build_indent = None
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip("\n")
+        body = line.strip()
+        if body.startswith("build:") and body[6:].strip() in ("", "#"):
+            build_indent = indent(line)
+        elif build_indent is not None and body and indent(line) <= build_indent and not body.startswith("#"):
+            build_indent = None if not body.startswith("build:") else indent(line)
+        if build_indent is not None and indent(line) > build_indent and re.match(r"run:\s*(#.*)?$", body):
+            run_indent = indent(line)
+            i += 1
+            block: int | None = None  # the indent a block scalar's lines are deeper than
+            while i < len(lines):
+                item = lines[i].rstrip("\n")
+                stripped = item.strip()
+                if stripped and indent(item) <= run_indent and not stripped.startswith("-"):
+                    break
+                if stripped and indent(item) < run_indent:
+                    break
+                if block is not None and stripped and indent(item) > block:
+                    keep(starts[i], starts[i] + len(item))
+                    i += 1
+                    continue
+                block = None
+                m = re.match(r"(\s*-\s+)(?:(command:\s*))?(.*)$", item) or \
+                    re.match(r"(\s*)(command:\s*)(.*)$", item)
+                if m:
+                    value = m.group(3)
+                    offset = starts[i] + m.end(2 if m.group(2) else 1)
+                    if value.strip() in ("|", ">", "|-", ">-"):
+                        block = indent(item)
+                    elif value and not value.startswith(("mounts:", "#")):
+                        if value[:1] in "\"'" and value.rstrip()[-1:] == value[:1]:
+                            keep(offset + 1, offset + len(value.rstrip()) - 1)
+                        else:
+                            keep(offset, offset + len(value))
+                i += 1
+            continue
+        i += 1
+    return "".join(out)
+
+
 def scan_build(text: str, kind: str) -> list[Verdict]:
     """GPU006 in a CMakeLists.txt / *.cmake ("cmake"), Makefile ("make"), Dockerfile or shell
-    script ("shell")."""
+    script ("shell"), or a Cog build file's run commands ("cog")."""
+    if kind == "cog":
+        text, kind = cog_commands(text), "shell"
     clean = _strip_hash_comments(text)
     out: list[Verdict] = []
     # TORCH_CUDA_ARCH_LIST assignments, judged together per scope: several different values in

@@ -47,10 +47,16 @@ _COMPARISONS = {"==", "!=", "%", "<", ">", "<=", ">=", "&"}
 
 def is_extension_source(data: bytes) -> bool:
     """Extension code (rather than PyTorch's own sources): it includes the torch extension
-    headers, binds functions, spells torch::Tensor, or launches kernels on at::Tensor data."""
+    headers, binds functions, spells torch::Tensor, or spells at::Tensor where it launches
+    kernels or includes the project's own headers."""
     if any(m in data for m in _EXTENSION_MARKERS) or b"torch::Tensor" in data:
         return True
-    return b"<<<" in data and b"at::Tensor" in data
+    # at::Tensor in a kernel launcher, or in a header of the project's own (one it includes with
+    # quotes: a dispatch header that calls the CUDA or CPU version; PyTorch's own headers use <>)
+    return b"at::Tensor" in data and (b"<<<" in data or _PROJECT_INCLUDE.search(data) is not None)
+
+
+_PROJECT_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.M)
 
 
 # --- GPU009 facts -------------------------------------------------------------------------------
@@ -77,6 +83,19 @@ class FuncSummary:
     # the parameters it asserts to be dense (x.is_contiguous(), a checking macro): a helper that
     # does so checks its callers' tensors too; one that only reads strides or copies does not
     contig: list[bool] = field(default_factory=list)
+    # strides of a parameter handed on (`k<<<...>>>(x.data_ptr(), x.stride(0))`, or through a
+    # local: `auto xs = make_long4(x.stride(0), ...); k<<<...>>>(..., xs)`): per parameter,
+    # (callee or None, argument position, the local the call's result is stored in or None).
+    # They protect the read only if what receives them uses them (`_resolve_strides`); a kernel
+    # that indexes densely and ignores them does not.
+    stride_sinks: dict[int, list[tuple[str | None, int, str | None]]] = field(default_factory=dict)
+    # per such local: the calls it is handed to as it is, and whether it is used otherwise
+    local_sinks: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    local_used: set[str] = field(default_factory=set)
+    # per parameter: used in the body other than as a bare argument of a call, and the calls it
+    # is handed to as a bare argument (callee, position): whether a stride handed here is read
+    used: list[bool] = field(default_factory=list)
+    forwards: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -184,7 +203,86 @@ def _is_fresh_value(value: Node) -> bool:
     return False
 
 
-def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[int] = frozenset()) -> FuncSummary:
+# Tensor methods whose result shares the receiver's memory with its strides (a view), and the
+# `*_like` factories whose result copies its strides (preserve_format): a raw read of the result
+# reads the parameter's layout.
+_VIEWS = {"select", "narrow", "slice", "view", "transpose", "permute", "t", "expand", "expand_as", "squeeze",
+          "unsqueeze", "diagonal", "unfold", "as_strided", "index", "chunk", "split", "unbind", "reshape", "flatten",
+          "view_as", "reshape_as", "alias", "detach", "mT", "swapaxes", "swapdims", "movedim", "squeeze_",
+          "unsqueeze_"}
+_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
+_STRIDES = {"stride", "strides", "sym_stride", "sym_strides"}
+
+
+def _alias_of(value: Node, index: dict[str, int], aliases: dict[str, int]) -> int | None:
+    """The parameter whose memory layout `value` has: `x.select(0, b)`, `x[b]`,
+    `x.narrow(...).view(...)`, `at::zeros_like(x)`, another such local; None otherwise."""
+    v = _unparen(value)
+    for _ in range(8):
+        if v is None:
+            return None
+        if v.type == "identifier":
+            name = text_of(v)
+            return index.get(name, aliases.get(name))
+        if v.type == "subscript_expression":
+            v = _unparen(v.child_by_field_name("argument"))
+            continue
+        if v.type != "call_expression":
+            return None
+        name, member = callee(v)
+        if member and name in _VIEWS:
+            fn = v.child_by_field_name("function")
+            v = _unparen(fn.child_by_field_name("argument")) if fn is not None else None
+            continue
+        if not member and name in _LIKE:
+            args = arguments(v)
+            if any("MemoryFormat" in text_of(a) and "Preserve" not in text_of(a) or "CONTIGUOUS" in text_of(a)
+                   for a in args[1:]):
+                return None  # empty_like(x, at::MemoryFormat::Contiguous): a layout of its own
+            v = _unparen(args[0]) if args else None
+            continue
+        return None
+    return None
+
+
+def _bare_argument(n: Node) -> tuple[str, int] | None:
+    """(callee, position) when `n` is passed as it is to a plain call or kernel launch."""
+    p = n.parent
+    if p is None or p.type != "argument_list" or p.parent is None or p.parent.type != "call_expression":
+        return None
+    name, member = callee(p.parent)
+    if not name or member or name in _ASSERTS:
+        return None
+    args = arguments(p.parent)
+    for j, a in enumerate(args):
+        if a == n:
+            return name, j
+    return None
+
+
+def _stride_sink(field_expr: Node) -> tuple[str | None, int, str | None] | None:
+    """Where `x.stride(k)` goes: (callee, position, local) when it is handed as it is to a call
+    (a kernel launch, a helper, `make_long4(...)`), with the local that call's result is stored in
+    (`auto xs = make_long4(x.stride(0), ...)`), or (None, 0, local) stored as it is (`int s =
+    x.stride(0)`); None for any other use (compared, computed with: a use of the strides)."""
+    call = _call_of(field_expr)
+    if call is None:
+        return None
+    p = call.parent
+    if p is not None and p.type == "init_declarator":
+        return (None, 0, declarator_name(p.child_by_field_name("declarator")) or None)
+    sink = _bare_argument(call)
+    if sink is None:
+        return None
+    holder = p.parent.parent  # type: ignore[union-attr]
+    local = None
+    if holder is not None and holder.type == "init_declarator" and holder.child_by_field_name("value") == p.parent:  # type: ignore[union-attr]
+        local = declarator_name(holder.child_by_field_name("declarator")) or None
+    return (sink[0], sink[1], local)
+
+
+def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[int] = frozenset(),
+                       pasting: frozenset[str] = frozenset()) -> FuncSummary:
     """One function's GPU009 facts. `skip`: start bytes of lambdas summarised on their own (bound
     lambdas), whose bodies belong to them, not to this function."""
     names = [p.name for p in fn.params]
@@ -198,6 +296,14 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
     via: list[tuple[str, list[int]]] = []
     fresh_locals: set[str] = set()
     elements: dict[str, int] = {}  # range-for variable -> the parameter it walks
+    aliases: dict[str, int] = {}  # a local viewing a parameter's memory -> the parameter
+    stride_locals: set[str] = set()  # locals holding a parameter's strides (or a value made of them)
+    sinks: dict[int, list[tuple[str | None, int, str | None]]] = {}
+    local_sinks: dict[str, list[tuple[str, int]]] = {}
+    local_used: set[str] = set()
+    strided: set[int] = set()  # parameters whose strides are used here (not only handed on)
+    used = [False] * len(names)
+    forwards: dict[int, list[tuple[str, int]]] = {}
     all_checked = False
     body = fn.body
     stack = [(body, False, False)]  # (node, inside a check, inside a condition)
@@ -206,13 +312,34 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
         t = n.type
         if t == "lambda_expression" and n.start_byte in skip:
             continue
-        if t in ("identifier", "type_identifier") and n.text in (b"TensorIterator", b"TensorIteratorConfig"):
+        if t == "identifier":
+            word = text_of(n)
+            if word in ("TensorIterator", "TensorIteratorConfig"):
+                all_checked = True
+            elif word in index or word in stride_locals:
+                p = n.parent
+                declared = p is not None and p.type == "init_declarator" and p.child_by_field_name("declarator") == n
+                bare = None if declared else _bare_argument(n)
+                if word in index and not declared:
+                    i = index[word]
+                    if bare is not None:
+                        forwards.setdefault(i, []).append(bare)
+                    else:
+                        used[i] = True
+                elif word in stride_locals and not declared:
+                    if bare is not None:
+                        local_sinks.setdefault(word, []).append(bare)
+                    else:
+                        local_used.add(word)
+        elif t == "type_identifier" and n.text in (b"TensorIterator", b"TensorIteratorConfig"):
             all_checked = True
         elif t == "call_expression":
             name, member = callee(n)
             args = arguments(n)
             if name in _ALL_CHECKED:
                 all_checked = True
+            if name in pasting and not member:
+                used = [True] * len(names)  # TENSOR##_stride: the macro names any parameter
             if name and not member:
                 argmap = [index.get(text_of(a), -1) if a.type == "identifier" else -1 for a in args]
                 if (in_check or in_cond) and name not in _ASSERTS:
@@ -238,8 +365,16 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
             value = n.child_by_field_name("value" if t == "init_declarator" else "right")
             if target is not None and value is not None:
                 local = text_of(target) if target.type == "identifier" else ""
-                if local and local not in index and _is_fresh_value(value):
-                    fresh_locals.add(local)
+                if local and local not in index:
+                    viewed = _alias_of(value, index, aliases)
+                    if viewed is not None:
+                        aliases[local] = viewed
+                        fresh_locals.discard(local)
+                    elif _is_fresh_value(value):
+                        fresh_locals.add(local)
+                        aliases.pop(local, None)
+                    else:
+                        aliases.pop(local, None)
         elif t == "condition_clause":
             in_cond = True
         elif t == "for_range_loop":
@@ -257,7 +392,15 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
                 i = index[text_of(obj)]
                 field_node = n.child_by_field_name("field")
                 member = last_name(field_node)
-                if member in _STRIDE_AWARE:
+                if member in _STRIDES and not in_check and not in_cond:
+                    sink = _stride_sink(n)
+                    if sink is None or (sink[0] is None and sink[2] is None):
+                        strided.add(i)
+                    else:
+                        sinks.setdefault(i, []).append(sink)
+                        if sink[2]:
+                            stride_locals.add(sink[2])
+                elif member in _STRIDE_AWARE:
                     checked[i] = True
                     contig[i] = contig[i] or member in _ASSERTS_DENSE
                 elif member in ("numel", "dim") and in_check and _equals(n, "1" if member == "numel" else "0"):
@@ -267,13 +410,29 @@ def summarise_function(path: str, cpp: CppFile, fn: Function, skip: frozenset[in
                     if (member != "data" or templated) and not in_check and not _compared(n):
                         line, col = cpp.pos(obj)
                         reads[i] = (line, col, f"{text_of(obj)}.{member}")
+            elif obj is not None and obj.type == "identifier" and text_of(obj) in aliases:
+                # a view of a parameter (`auto x_n = x.select(0, b)`, `zeros_like(x)`): its raw
+                # read reads the parameter's layout
+                i = aliases[text_of(obj)]
+                field_node = n.child_by_field_name("field")
+                member = last_name(field_node)
+                if member in _READS and tensor[i] and i not in reads:
+                    templated = field_node is not None and field_node.type == "template_method"
+                    if (member != "data" or templated) and not in_check and not _compared(n):
+                        line, col = cpp.pos(obj)
+                        reads[i] = (line, col, f"{text_of(obj)}.{member}")
         children = n.named_children
         if children:
             stack.extend((c, in_check, in_cond) for c in reversed(children))
+    for i in strided:
+        checked[i] = True  # its strides are used here: read with them
     if all_checked:
         checked = [True] * len(names)
+    stride_sinks = {i: v for i, v in sinks.items() if not checked[i]}
+    wanted = {local for v in stride_sinks.values() for _, _, local in v if local}
     return FuncSummary(fn.name, path, names, tensor, checked, reads, calls, compared, via, fn.shown or f"{fn.name}()",
-                       contig)
+                       contig, stride_sinks, {k: v for k, v in local_sinks.items() if k in wanted},
+                       local_used & wanted, used, forwards)
 
 
 def _call_of(field_expr: Node) -> Node | None:
@@ -421,8 +580,11 @@ _DISPATCH_KEY = re.compile(r"^(?:(?:\w+::)*k[A-Z]\w*|(?:\w+::)*(?:DispatchKey|De
 def summarise(path: str, cpp: CppFile, binds: Bindings | None = None) -> list[FuncSummary]:
     binds = binds if binds is not None else bindings(cpp)
     skip = frozenset(f.node.start_byte for f in binds.lambdas)
-    out = [summarise_function(path, cpp, fn, skip) for fn in cpp.functions()]
-    out += [summarise_function(path, cpp, fn, skip - {fn.node.start_byte}) for fn in binds.lambdas]
+    # the file's macros that paste a name (`TENSOR##_stride`): a function calling one may use any
+    # of its parameters under a name its body never spells
+    pasting = frozenset(name for name, m in cpp.macros.items() if "##" in m.body) if b"##" in cpp.data else frozenset()
+    out = [summarise_function(path, cpp, fn, skip, pasting) for fn in cpp.functions()]
+    out += [summarise_function(path, cpp, fn, skip - {fn.node.start_byte}, pasting) for fn in binds.lambdas]
     return out
 
 
@@ -622,6 +784,7 @@ def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cp
     """Mark the parameters that a macro or helper call checks (see the module docstring), then
     tie same-layout parameters; changes `summaries` in place. `defines`: macro name -> the C++
     files that define it (MACRO_DEFINITIONS), or None to search the files when needed."""
+    _resolve_strides(summaries)
     resolver = _Checks(summaries, {os.path.normpath(p): f for p, f in facts.items()}, cpp_paths, read_facts, defines)
     paths = {s.path: os.path.normpath(s.path) for s in summaries}
     # the macro-like names no file sees and no function defines, looked up in one pass
@@ -652,6 +815,44 @@ def resolve_checks(summaries: list[FuncSummary], facts: dict[str, FileFacts], cp
         by_file.setdefault(s.path, []).append(s)
     for group in by_file.values():
         _same_layout(group)
+
+
+def _resolve_strides(summaries: list[FuncSummary]) -> None:
+    """A parameter whose strides are only handed on (`k<<<...>>>(x.data_ptr(), x.stride(0))`) is
+    read with them only if the callee uses that argument: in its body, or handed on to a callee
+    that does (three calls deep). A callee the linted files do not define is taken to use it."""
+    if not any(s.stride_sinks for s in summaries):
+        return
+    by_name: dict[str, list[FuncSummary]] = {}
+    for s in summaries:
+        by_name.setdefault(s.name, []).append(s)
+    memo: dict[tuple[str, int], bool] = {}
+
+    def uses(name: str, pos: int, depth: int = 0) -> bool:
+        key = (name, pos)
+        if key in memo:
+            return memo[key]
+        defs = [d for d in by_name.get(name, ()) if pos < len(d.params)]
+        if not defs or depth > 3:
+            return True
+        memo[key] = False  # recursion: no evidence of a use through itself
+        result = any(d.used[pos] if pos < len(d.used) else True for d in defs) or \
+            any(uses(c, j, depth + 1) for d in defs for c, j in d.forwards.get(pos, ()))
+        memo[key] = result
+        return result
+
+    def reaches(s: FuncSummary, callee: str | None, pos: int, local: str | None) -> bool:
+        if callee is not None and by_name.get(callee):
+            return uses(callee, pos)  # a function of the project: does it use that argument?
+        if local is None:
+            return callee is not None  # a library call given the stride: taken as a use
+        # stored (`int s = x.stride(0)`, `auto xs = make_long4(x.stride(0), ...)`): the local's uses
+        return local in s.local_used or any(uses(c, j) for c, j in s.local_sinks.get(local, ()))
+
+    for s in summaries:
+        for i, sinks in s.stride_sinks.items():
+            if not s.checked[i] and any(reaches(s, c, j, local) for c, j, local in sinks):
+                s.checked[i] = True
 
 
 def _same_layout(summaries: list[FuncSummary]) -> None:

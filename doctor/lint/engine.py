@@ -32,7 +32,7 @@ _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
 def classify(path: str) -> tuple[str, str] | None:
-    """(kind, subkind) of a file by name: python, cpp, or build (cmake / make / shell)."""
+    """(kind, subkind) of a file by name: python, cpp, or build (cmake / make / shell / cog)."""
     name = os.path.basename(path)
     lower = name.lower()
     if lower.endswith(".py"):
@@ -46,6 +46,8 @@ def classify(path: str) -> tuple[str, str] | None:
     if lower.endswith((".sh", ".bash")) or lower == "dockerfile" or lower.startswith("dockerfile.") \
             or lower.endswith(".dockerfile"):
         return rules.BUILD, "shell"
+    if lower in ("cog.yaml", "cog.yml"):
+        return rules.BUILD, "cog"  # Replicate's Cog: its build.run commands are shell
     return None
 
 
@@ -58,6 +60,9 @@ class Task:
     size: int = 0
     # every rule on the file, prefilters and gates off (the robustness test over a whole tree)
     exhaustive: bool = False
+    # the byte prefilters off, the rules' own gates on (GPU009 on extension code only): the test
+    # that the prefilters skip no file that has a finding
+    unfiltered: bool = False
 
 
 @dataclass
@@ -110,7 +115,7 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
             kind = classify(arg)
             if kind is None:
                 raise UsageError(f"{arg}: not a file type gpudoctor lint reads (Python, C++/CUDA, CMake, Makefile, "
-                                 "shell script, Dockerfile)")
+                                 "shell script, Dockerfile, cog.yaml)")
             try:
                 st = os.stat(arg)
                 size, key = st.st_size, (st.st_dev, st.st_ino)
@@ -233,25 +238,23 @@ def suppressed(f: Finding, table: dict[int, frozenset[str] | None]) -> bool:
 
 
 def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes: set[str],
-              result: FileResult, exhaustive: bool = False) -> list[Finding]:
+              result: FileResult, exhaustive: bool = False, unfiltered: bool = False) -> list[Finding]:
     """Run the chosen rules on decoded text. Raises SyntaxError / ValueError for unparseable
     Python and NotLinted for a file that cannot be read for another reason; a rule that raises
     anything else costs that rule on this file only (`result.internal`, see `_isolated`)."""
     findings: list[Finding] = []
     if kind == rules.PYTHON:
-        import ast
-
         from gpudoctor.lint import pyrules
         from gpudoctor.lint.pysource import PySource
 
         from gpudoctor.lint.project import module_name
 
-        tree = ast.parse(text, filename=path)
+        tree = parse_python(text, path)
         src = PySource(path, text, tree, *module_name(path))
 
         def python(chosen: set[str]) -> tuple[list[Finding], Any]:
             facts = pyrules.Facts()
-            return pyrules.check(src, chosen, facts), facts
+            return pyrules.check(src, chosen, facts, every_function=unfiltered), facts
 
         findings, result.facts = _isolated(python, codes, result, ([], None))
     elif kind == rules.CPP:
@@ -274,6 +277,17 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
 
         findings = _isolated(build, codes, result, [])
     return findings
+
+
+def parse_python(text: str, path: str) -> Any:
+    """ast.parse, quietly: the linted code's own warnings (an invalid escape sequence is a
+    SyntaxWarning printed to stderr on Python 3.12) are not gpudoctor's to print."""
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text, filename=path)
 
 
 def _describe(exc: BaseException) -> str:
@@ -346,14 +360,35 @@ def _build_finding(path: str, text: str, verdict) -> Finding:
 def lint_file(task: Task) -> FileResult:
     """One file: read, prefilter, decode, parse, run the rules. Never raises: what cannot be
     linted is `error`, and a failure of gpudoctor's own code is `internal`."""
-    try:
-        return _lint_file(task)
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # noqa: BLE001 (outside every rule: the whole file's findings are missing)
-        result = FileResult(task.path, checked=True)
-        result.internal.append((None, _describe(exc)))
-        return result
+    with _no_cycle_collection():
+        try:
+            return _lint_file(task)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 (outside every rule: the whole file's findings are missing)
+            result = FileResult(task.path, checked=True)
+            result.internal.append((None, _describe(exc)))
+            return result
+
+
+class _no_cycle_collection:
+    """Python's cycle collector off while one file's syntax tree is alive: a parsed file is
+    hundreds of thousands of objects, which every full collection would walk again, for no
+    garbage (trees hold no cycles; what the rules make is freed by reference counting). On again
+    at the end, so a cycle made while it was off is collected later. (A sixth of lint's time on
+    the torch tree.)"""
+
+    def __enter__(self) -> None:
+        import gc
+
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        if self.was:
+            gc.enable()
 
 
 def _lint_file(task: Task) -> FileResult:
@@ -368,20 +403,17 @@ def _lint_file(task: Task) -> FileResult:
     if len(data) > MAX_BYTES:
         result.error = f"larger than {MAX_BYTES // (1024 * 1024)} MiB: not linted"
         return result
-    codes = {r.code for r in wanted if task.exhaustive or r.wants(data)}
     if task.kind == rules.PYTHON:
-        codes.discard("GPU009")  # its Python callers are read by the cross-file step, when needed
-        if "GPU012" in codes:
-            from gpudoctor.lint.pycontig import MAY_CHECK
-
-            if not MAY_CHECK.search(data):  # no function here checks; its callers are read when one does
-                codes.discard("GPU012")
-    elif task.kind == rules.CPP and ("GPU009" in task.codes or "GPU012" in task.codes) and b"define" in data:
+        # GPU009's Python callers are read by the cross-file step, when needed
+        wanted = [r for r in wanted if r.code != "GPU009"]
+    seen: dict = {}  # substrings and patterns found, shared by the rules' prefilters
+    codes = {r.code for r in wanted if task.exhaustive or task.unfiltered or r.wants(data, seen)}
+    if task.kind == rules.CPP and ("GPU009" in task.codes or "GPU012" in task.codes) and b"define" in data:
         from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
 
         result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
     result.checked = True
-    if codes == {"GPU011"} and task.kind == rules.PYTHON and not task.exhaustive:
+    if codes == {"GPU011"} and task.kind == rules.PYTHON and not (task.exhaustive or task.unfiltered):
         from gpudoctor.lint.latemodules import may_create_late
 
         if not may_create_late(data):
@@ -398,7 +430,8 @@ def _lint_file(task: Task) -> FileResult:
         result.error = f"cannot decode: {exc}"
         return result
     try:
-        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive)
+        findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive,
+                             task.unfiltered)
     except SyntaxError as exc:
         result.error = f"cannot parse (Python {sys.version_info[0]}.{sys.version_info[1]}): {exc.msg} (line {exc.lineno})"
         return result
@@ -432,6 +465,23 @@ def _jobs(requested: int | None) -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _preload(tasks: list[Task]) -> None:
+    """Import the rule modules (and load the C++ parser) once, before the workers are forked, so
+    that each worker does not do it again."""
+    kinds = {t.kind for t in tasks}
+    if rules.PYTHON in kinds:
+        from gpudoctor.lint import pyrules  # noqa: F401
+    if rules.CPP in kinds:
+        from gpudoctor.lint import cpp, cpprules  # noqa: F401
+
+        try:
+            cpp.parser()
+        except NotLinted:
+            pass  # each worker reports it for its files
+    if rules.BUILD in kinds:
+        from gpudoctor.lint import archflags  # noqa: F401
+
+
 def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
     # Big files first, so no worker is left alone with one at the end.
     tasks = sorted(tasks, key=lambda t: -t.size)
@@ -441,6 +491,8 @@ def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
     import multiprocessing
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+    if method == "fork":
+        _preload(tasks)
     ctx = multiprocessing.get_context(method)
     chunk = max(1, min(32, len(tasks) // (jobs * 16)))
     return _pooled(ctx, tasks, jobs, chunk)
@@ -501,14 +553,17 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
 
 def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
          isolated: bool = False, jobs: int | None = None,
-         force_exclude: bool = False, exhaustive: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
+         force_exclude: bool = False, exhaustive: bool = False,
+         unfiltered: bool = False) -> tuple[LintResult, dict[str, FileResult], dict[str, Task]]:
     """Lint files and folders. Raises UsageError (bad path, unknown code) and cfg.ConfigError.
-    `exhaustive`: every selected rule on every file, prefilters off (for robustness tests: the
-    findings are the same, the run much slower)."""
+    `exhaustive`: every selected rule on every file, prefilters and gates off (for robustness
+    tests). `unfiltered`: the prefilters off (every file read for every rule, every function
+    interpreted), the rules' gates on: the same findings as a normal run, much slower (the test
+    that the prefilters are safe)."""
     result = LintResult()
     planned = discover(paths, select, ignore, isolated, force_exclude)
-    if exhaustive:
-        planned = [(dataclasses.replace(t, exhaustive=True), c) for t, c in planned]
+    if exhaustive or unfiltered:
+        planned = [(dataclasses.replace(t, exhaustive=exhaustive, unfiltered=unfiltered), c) for t, c in planned]
     tasks = [t for t, _ in planned]
     configs = {t.path: c for t, c in planned}
     by_path: dict[str, FileResult] = {}
@@ -529,7 +584,8 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
             result.files_checked += 1
         result.internal_errors += [InternalError(path, code, message) for code, message in fr.internal]
         findings.extend(fr.findings)
-    cross, failed = _cross_file(by_path, task_by_path)
+    with _no_cycle_collection():
+        cross, failed = _cross_file(by_path, task_by_path)
     findings += cross
     result.internal_errors += failed
     # per-file-ignores from the configuration
@@ -642,12 +698,15 @@ class _CallIndex:
         return [src for src in (self.load(p) for p in paths) if src is not None]
 
     def few(self, names: set[str]) -> list[Any]:
-        """The same for a few names, without the index (one search per file, about twice as
-        fast as indexing every name a file calls) unless the index was already built."""
+        """The same for a few names, without the index (a substring test per name and file, and
+        one search in the files that have one; much cheaper than indexing every name a file
+        calls) unless the index was already built."""
         if self.called_in is not None or not names:
             return self(names)
-        pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
-        paths = [p for p in self.paths if (data := self._read(p)) and pattern.search(data)]
+        spelt = [n.encode() for n in sorted(names)]
+        pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n) for n in spelt))
+        paths = [p for p in self.paths
+                 if (data := self._read(p)) and any(n in data for n in spelt) and pattern.search(data)]
         return [src for src in (self.load(p) for p in paths) if src is not None]
 
     @staticmethod
@@ -799,8 +858,6 @@ def _late_module_facts(path: str) -> Any:
 
 def _load_python(path: str) -> Any:
     """A linted Python file parsed in the parent, for the project pass; None if it cannot be."""
-    import ast
-
     from gpudoctor.lint import project
     from gpudoctor.lint.pysource import PySource
 
@@ -810,6 +867,6 @@ def _load_python(path: str) -> Any:
         if len(data) > MAX_BYTES or b"\0" in data:
             return None
         text = _decode(data, rules.PYTHON)
-        return PySource(path, text, ast.parse(text, filename=path), *project.module_name(path))
+        return PySource(path, text, parse_python(text, path), *project.module_name(path))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
         return None

@@ -126,7 +126,8 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
             # (and appended to) before this use, adds its words
             resolving.add(node.id)
             try:
-                return _named_list(src, node.id, node.lineno, scope, add_literal)
+                return _named_list(src, node.id, node.lineno, scope, add_literal) or \
+                    _parameter_list(src, node.id, scope, add_literal)
             finally:
                 resolving.discard(node.id)
         words = _string_toks(src, node)
@@ -215,6 +216,39 @@ def _named_list(src: PySource, name: str, line: int, scope: ast.AST, add_literal
         elif isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
             return False
     return True
+
+
+def _parameter_list(src: PySource, name: str, scope: ast.AST, add_literal) -> bool:
+    """`def make_ext(..., extra_args=[]): nvcc = extra_args + ["-gencode=..."]`: a parameter of the
+    enclosing function adds its default's words when every call of the function in the file leaves
+    it out or passes a literal list with no architecture flag in it (`extra_args=["-w"]`)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+            any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(dotted(t) == name for t in
+                (n.targets if isinstance(n, ast.Assign) else [n.target])) for n in ast.walk(scope)):
+        return False
+    a = scope.args
+    positional = a.posonlyargs + a.args
+    names = [p.arg for p in positional]
+    defaults = dict(zip(names[len(names) - len(a.defaults):], a.defaults))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    default = defaults.get(name)
+    if not isinstance(default, (ast.List, ast.Tuple)):
+        return False
+    index = names.index(name) if name in names else None
+    for node in ast.walk(src.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == scope.name):
+            continue
+        if any(isinstance(x, ast.Starred) for x in node.args) or any(k.arg is None for k in node.keywords):
+            return False
+        passed = next((k.value for k in node.keywords if k.arg == name), None)
+        if passed is None and index is not None and index < len(node.args):
+            passed = node.args[index]
+        if passed is None:
+            continue
+        if not isinstance(passed, (ast.List, ast.Tuple)) or \
+                not all(isinstance(v, str) and not archflags.FLAG_HINT.search(v) for v in map(_str_const, passed.elts)):
+            return False
+    return add_literal(default)
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:

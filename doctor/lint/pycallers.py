@@ -27,15 +27,28 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-# Calls whose result is a new tensor in the default (contiguous) layout.
+# Calls whose result is a new tensor in the default (contiguous) layout: factories (torch's and
+# numpy's: np.zeros), `x.new(...)`, the legacy constructors (`torch.Tensor(n, m)`), and the
+# gathers, whose result is allocated for the index's shape (`torch.gather`, `index_select`).
 _PY_FRESH = {"empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "cat",
-             "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous"}
+             "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "tensor", "contiguous",
+             "new", "Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+             "IntTensor", "ShortTensor", "ByteTensor", "CharTensor", "BoolTensor", "gather", "index_select",
+             "masked_select", "take", "randperm", "ascontiguousarray", "argsort", "nonzero"}
 # A copy that keeps the layout of the tensor it comes from (memory_format=torch.preserve_format).
 _PY_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
 # Methods whose result is dense when the tensor they are called on is.
 _PY_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short", "byte", "bool", "cuda", "cpu",
              "clone", "view", "detach", "requires_grad_", "fill_", "zero_", "type", "reshape", "flatten",
-             "unsqueeze", "squeeze", "view_as", "reshape_as", "normal_", "uniform_", "copy_", "mul_", "add_"}
+             "unsqueeze", "squeeze", "view_as", "reshape_as", "normal_", "uniform_", "copy_", "mul_", "add_",
+             "astype", "pin_memory", "share_memory_", "resize_"}
+# Wrappers that hand back the tensor they are given: nn.Parameter(t), Variable(t),
+# torch.from_numpy(a) (dense when the array is: np.zeros, .astype of one).
+_PY_WRAPS = {"Parameter", "Variable", "from_numpy", "as_tensor", "asarray"}
+# Calls whose result, used as an index, makes `x[idx]` advanced indexing (a new dense tensor).
+_PY_INDEX = {"argsort", "nonzero", "where", "randperm", "arange", "tensor", "LongTensor", "IntTensor", "BoolTensor",
+             "ones", "zeros", "ones_like", "zeros_like", "full", "sort", "topk", "unique", "multinomial", "flatten",
+             "bool", "long", "int", "cumsum"}
 # Modules that are never a project's extension: their functions are not its bindings.
 _LIBRARIES = {"torch", "numpy", "np", "scipy", "triton", "einops", "jax", "tensorflow", "transformers", "diffusers",
               "xformers", "flash_attn", "apex", "deepspeed", "accelerate", "safetensors", "cupy", "numba",
@@ -91,6 +104,14 @@ class PyCall:
         return self.path, self.line
 
 
+@dataclass(frozen=True)
+class _Saved:
+    """A name unpacked from `ctx.saved_tensors` in an autograd Function's backward: the
+    `index`-th tensor its forward handed to `ctx.save_for_backward`."""
+
+    index: int
+
+
 class _Module:
     """What one Python module binds: assignments (for the freshness of a name, a dict entry or an
     attribute), imports, and its module-level functions."""
@@ -108,9 +129,20 @@ class _Module:
         self.functions: dict[str, ast.AST] = {}  # module-level defs
         self.defined: set[str] = set()  # every def / class name anywhere in the module
         self.calls: dict[str, list[_Site]] | None = None  # callee name -> its call sites (`_calls`)
+        # names a scope asserts dense (`assert x.is_contiguous()`), per scope
+        self.asserted: dict[ast.AST, set[str]] = {}
+        # autograd Functions: id(method) -> its class, for the classes that subclass Function
+        self.function_classes: dict[str, ast.ClassDef] = {}
+        self.method_class: dict[int, ast.ClassDef] = {}
         for st in tree.body:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[st.name] = st
+            elif isinstance(st, ast.ClassDef) and any((_dotted(b) or "").rsplit(".", 1)[-1] in ("Function", "InplaceFunction")
+                                                      for b in st.bases):
+                self.function_classes[st.name] = st
+                for m in st.body:
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.method_class[id(m)] = st
         self._walk(tree, tree)
 
     def _walk(self, node: ast.AST, scope: ast.AST) -> None:
@@ -141,8 +173,20 @@ class _Module:
             elif isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and child.value is not None:
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
                 value = child.value if not isinstance(child, ast.AugAssign) else child  # x += y: not fresh
+                saved = isinstance(value, ast.Attribute) and value.attr in ("saved_tensors", "saved_variables") and \
+                    id(scope) in self.method_class
                 for t in targets:
+                    if saved and isinstance(t, (ast.Tuple, ast.List)):
+                        for k, elt in enumerate(t.elts):
+                            if isinstance(elt, ast.Name):
+                                self._bind(elt.id, _Saved(k), scope)  # type: ignore[arg-type]
+                        continue
                     self._assign(t, value, scope)
+            elif isinstance(child, ast.Assert):
+                for test in (child.test.values if isinstance(child.test, ast.BoolOp) else [child.test]):
+                    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and \
+                            test.func.attr == "is_contiguous" and isinstance(test.func.value, ast.Name):
+                        self.asserted.setdefault(scope, set()).add(test.func.value.id)
             elif isinstance(child, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
                 targets = [child.target] if hasattr(child, "target") else \
                     [i.optional_vars for i in child.items if i.optional_vars is not None]
@@ -152,8 +196,9 @@ class _Module:
                             self._bind(n.id, child, scope)  # a loop variable: unknown
             elif isinstance(child, ast.Dict):
                 for k, v in zip(child.keys, child.values):
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                        self.keys.setdefault(k.value, []).append(v)
+                    key = _str_key(k)
+                    if key is not None:
+                        self.keys.setdefault(key, []).append(v)
             elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
                     child.func.attr in ("register_buffer", "register_parameter") and len(child.args) >= 2 and \
                     isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
@@ -173,8 +218,11 @@ class _Module:
                 isinstance(target.slice.value, str):
             self.keys.setdefault(target.slice.value, []).append(value)  # type: ignore[arg-type]
         elif isinstance(target, (ast.Tuple, ast.List)):
-            for elt in target.elts:
-                self._assign(elt, target, scope)  # unpacked: unknown
+            pairs = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and \
+                not any(isinstance(e, ast.Starred) for e in target.elts + value.elts)
+            for k, elt in enumerate(target.elts):
+                # `a, b = x[i], y[i]`: each its own value; unpacked from anything else: unknown
+                self._assign(elt, value.elts[k] if pairs else target, scope)  # type: ignore[union-attr]
 
     # --- what a name is ---------------------------------------------------------------------
 
@@ -240,7 +288,15 @@ class _Module:
                 return layout is not None or (bool(e.args) and self.fresh(e.args[0], scope, seen))
             if name in _PY_KEEPS and isinstance(f, ast.Attribute):
                 return self.fresh(f.value, scope, seen)
+            if name in _PY_WRAPS and e.args:
+                return self.fresh(e.args[0], scope, seen)
             return False
+        if isinstance(e, ast.Subscript) and self._advanced(e, scope):
+            return True  # feats[indices], x[mask]: advanced indexing makes a new dense tensor
+        if isinstance(e, ast.Attribute) and e.attr == "data":
+            return self.fresh(e.value, scope, seen)  # x.data: the same tensor
+        if isinstance(e, ast.Name) and e.id in self.asserted.get(scope, ()):
+            return True  # assert x.is_contiguous() in this scope
         if isinstance(e, ast.Name):
             key: tuple = ("name", e.id, id(scope))
             values, where, param = self.bindings(e.id, scope)
@@ -266,6 +322,28 @@ class _Module:
         return all(isinstance(v, ast.expr) and self.fresh(v, where if key[0] == "name" else self.scope_of(v), seen)
                    for v in values)
 
+    def _advanced(self, e: ast.Subscript, scope: ast.AST) -> bool:
+        """`x[idx]` where idx is a tensor of indices or a mask (`ranks.argsort()`, `kept`, `x > 0`):
+        advanced indexing, whose result is a new dense tensor; also `torch.where(mask)[0]`, one
+        of the index vectors that torch.where with one argument returns."""
+        v = e.value
+        if isinstance(v, ast.Call) and _call_name(v) in ("where", "nonzero") and len(v.args) == 1:
+            return True
+        return self._index_tensor(e.slice, scope, 0)
+
+    def _index_tensor(self, idx: ast.AST, scope: ast.AST, depth: int) -> bool:
+        if depth > 3:
+            return False
+        if isinstance(idx, ast.Compare) or (isinstance(idx, ast.UnaryOp) and isinstance(idx.op, ast.Invert)):
+            return True
+        if isinstance(idx, ast.Call):
+            return _call_name(idx) in _PY_INDEX
+        if isinstance(idx, ast.Name):
+            values, where, param = self.bindings(idx.id, scope)
+            return bool(values) and not param and \
+                all(isinstance(v, ast.expr) and self._index_tensor(v, where, depth + 1) for v in values)
+        return False
+
     def scope_of(self, node: ast.AST) -> ast.AST:
         best: ast.AST = self.tree
         for fn in self.locals:
@@ -279,12 +357,75 @@ class _Module:
         expression sits in, never rebound there."""
         if not isinstance(e, ast.Name) or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        if self.functions.get(scope.name) is not scope:
+        if self.functions.get(scope.name) is not scope and not self.is_function_forward(scope):
             return None
         params = self.params.get(scope, [])
-        if e.id not in params or self.locals.get(scope, {}).get(e.id):
+        if e.id not in params:
+            return None
+        # rebound only from itself by methods that keep a dense tensor dense (`x = x.int()`):
+        # still what the caller passed, as far as its layout goes
+        if not all(isinstance(v, ast.expr) and _kept_from(v, e.id) for v in self.locals.get(scope, {}).get(e.id, ())):
             return None
         return scope, params.index(e.id), e.id
+
+
+    def is_function_forward(self, fn: ast.AST) -> bool:
+        """The forward of an autograd Function of this module (its callers call `Cls.apply`)."""
+        return getattr(fn, "name", "") == "forward" and id(fn) in self.method_class
+
+    def saved_for_backward(self, fn: ast.AST, index: int) -> list[tuple[ast.expr, ast.AST]]:
+        """For a backward of an autograd Function: what its forward hands to
+        `ctx.save_for_backward` at `index` (the expression and the forward it is written in)."""
+        cls = self.method_class.get(id(fn))
+        forward = next((m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+                        m.name == "forward"), None) if cls is not None else None
+        if forward is None:
+            return []
+        out = []
+        for node in ast.walk(forward):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "save_for_backward":
+                if any(isinstance(a, ast.Starred) for a in node.args) or index >= len(node.args):
+                    return []
+                out.append((node.args[index], forward))
+        return out
+
+    def aliases_of(self, name: str) -> set[str]:
+        """Names this module binds to the function `name` (`f = a if cond else b`, one per branch
+        of an if, `conv = _Fn.apply`): calls through them may call it."""
+        out = set()
+        for table in [self.globals, *self.locals.values()]:
+            for alias, values in table.items():
+                if alias != name and any(isinstance(v, ast.expr) and name in _named(v) for v in values):
+                    out.add(alias)
+        return out
+
+
+def _kept_from(v: ast.expr, name: str) -> bool:
+    """`x.int()`, `x.float().cuda()`: `name` through methods that keep a dense tensor dense."""
+    while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _PY_KEEPS:
+        v = v.func.value
+    return isinstance(v, ast.Name) and v.id == name
+
+
+def _named(v: ast.expr) -> set[str]:
+    """The callables an assigned value may be: `f`, `a if c else b`, `Cls.apply` (as "Cls.apply")."""
+    if isinstance(v, ast.Name):
+        return {v.id}
+    if isinstance(v, ast.IfExp):
+        return _named(v.body) | _named(v.orelse)
+    if isinstance(v, ast.Attribute) and v.attr == "apply" and isinstance(v.value, ast.Name):
+        return {f"{v.value.id}.apply"}
+    return set()
+
+
+def _str_key(k: ast.AST | None) -> str | None:
+    """A dict key written as a string: "k", or an f-string with no placeholder (f"k")."""
+    if isinstance(k, ast.Constant) and isinstance(k.value, str):
+        return k.value
+    if isinstance(k, ast.JoinedStr) and all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in k.values):
+        return "".join(v.value for v in k.values)  # type: ignore[union-attr]
+    return None
 
 
 def _dotted(e: ast.AST) -> str | None:
@@ -362,21 +503,53 @@ def _is_binding_call(site: _Site, project: _Project) -> bool:
     return False
 
 
+def _names_object(m: _Module, local: str, scope: ast.AST, obj: ast.AST, owner: _Module, name: str) -> bool:
+    """Whether `local`, seen from `scope` of module m, is the class (or function) `obj` of
+    module `owner`: defined there, or imported from it by its name."""
+    values, _, param = m.bindings(local, scope)
+    if param:
+        return False
+    if m is owner:
+        return any(v is obj for v in values)
+    owner_name = (owner.src.module or "").rsplit(".", 1)[-1]
+    return any(isinstance(v, ast.ImportFrom) and (v.module or "").rsplit(".", 1)[-1] == owner_name and
+               any(a.name == name and (a.asname or a.name) == local for a in v.names) for v in values)
+
+
 def _defines_function(project: _Project, imp: ast.ImportFrom, name: str) -> bool:
     module = (imp.module or "").rsplit(".", 1)[-1]
     original = next((a.name for a in imp.names if (a.asname or a.name) == name), name)
     return any(original in m.functions for m in project.by_name.get(module, []))
 
 
-def _is_call_of_function(site: _Site, fn: ast.AST, owner: _Module, project: _Project) -> bool:
-    """Whether a call spelt with `fn`'s name calls that module-level function."""
+def _is_call_of_function(site: _Site, fn: ast.AST, owner: _Module, project: _Project, depth: int = 0) -> bool:
+    """Whether a call spelt with `fn`'s name (or an alias of it) calls that module-level function,
+    or, for the forward of an autograd Function, its `Cls.apply`."""
     f = site.call.func
     name = fn.name  # type: ignore[attr-defined]
     m = site.module
     owner_name = (owner.src.module or "").rsplit(".", 1)[-1]
+    cls = owner.method_class.get(id(fn))
+    target = f"{cls.name}.apply" if cls is not None else name
+    if cls is not None and isinstance(f, ast.Attribute) and f.attr == "apply" and isinstance(f.value, ast.Name):
+        return _names_object(m, f.value.id, site.scope, cls, owner, cls.name)
     if isinstance(f, ast.Name):
-        values, _, param = m.bindings(f.id, site.scope)
+        values, where, param = m.bindings(f.id, site.scope)
         if param:
+            return False
+        if f.id != (cls.name if cls is not None else name) and depth < 2:
+            # an alias: `conv = _Fn.apply`, `f = f16 if half else f32`, then `conv(...)`
+            for v in values:
+                if isinstance(v, ast.expr) and target in _named(v) | {n + ".apply" for n in _named(v)}:
+                    if cls is not None and isinstance(v, (ast.Attribute, ast.IfExp)):
+                        if _names_object(m, cls.name, where, cls, owner, cls.name):
+                            return True
+                        continue
+                    inner = _Site(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[], keywords=[]), m, where)
+                    if _is_call_of_function(inner, fn, owner, project, depth + 1):
+                        return True
+            return False
+        if cls is not None:
             return False
         if m is owner:
             return any(v is fn for v in values)
@@ -401,20 +574,26 @@ class _Follower:
         self.callers: dict[int, list[_Site]] = {}
 
     def _callers(self, fn: ast.AST, owner: _Module) -> list[_Site] | None:
-        """The project's calls of a module-level function; None past `_MAX_FOLLOWED` functions
-        (a project that large is not followed further: its tensors stay unknown)."""
+        """The project's calls of a module-level function (by its name or a name bound to it),
+        or of an autograd Function's `apply` for its forward; None past `_MAX_FOLLOWED`
+        functions (a project that large is not followed further: its tensors stay unknown)."""
         key = id(fn)
         if key not in self.callers and len(self.callers) >= _MAX_FOLLOWED:
             return None
         if key not in self.callers:
-            name = fn.name  # type: ignore[attr-defined]
-            if self.more is not None and name not in self.asked:
-                self.asked.add(name)
-                for src in self.more({name}):
+            cls = owner.method_class.get(id(fn))
+            name = "apply" if cls is not None else fn.name  # type: ignore[attr-defined]
+            wanted = {name} | ({cls.name} if cls is not None else set())
+            if self.more is not None and not wanted <= self.asked:
+                self.asked |= wanted
+                for src in self.more(wanted):
                     _add_module(self.project, src)
             sites = []
             for m in self.project.modules:
-                for _, site in _calls(m, {name}):
+                names = {name}
+                if m is owner or cls is None:
+                    names |= m.aliases_of(f"{cls.name}.apply" if cls is not None else name)
+                for _, site in _calls(m, names):
                     if _is_call_of_function(site, fn, owner, self.project):
                         sites.append(site)
             self.callers[key] = sites
@@ -425,10 +604,24 @@ class _Follower:
         shown = ast.get_source_segment(m.src.text, e) or ast.dump(e)[:40]
         if m.fresh(e, site.scope):
             return Arg(True, shown)
+        if depth >= _MAX_WRAPPERS:
+            return Arg(False, shown)
+        saved = self._saved(e, site)
+        if saved is not None:
+            # unpacked from ctx.saved_tensors: what the forward saved, judged there
+            for expr, forward in saved:
+                inner = self.arg(expr, _Site(site.call, m, forward), depth + 1)
+                if not inner.fresh:
+                    return Arg(False, shown, inner.path, inner.line)
+            return Arg(True, shown)
         param = m.param_of(e, site.scope)
-        if param is None or depth >= _MAX_WRAPPERS:
+        if param is None:
             return Arg(False, shown)
         fn, position, name = param
+        if m.is_function_forward(fn):
+            position -= 1  # forward(ctx, x, ...) is called as Cls.apply(x, ...)
+            if position < 0:
+                return Arg(False, shown)
         callers = self._callers(fn, m)
         if not callers:  # none found, or too many functions followed already
             return Arg(False, shown)
@@ -439,6 +632,11 @@ class _Follower:
                 if name in defaults and m.fresh(defaults[name], m.tree):
                     continue
                 return Arg(False, shown, caller.module.src.path, caller.call.lineno)
+            if isinstance(passed, _Spread):
+                # f(**d): what the module puts under that key in its dicts
+                if _spread_fresh(caller.module, name):
+                    continue
+                return Arg(False, shown, caller.module.src.path, caller.call.lineno)
             if passed is _STARRED:
                 return Arg(False, shown, caller.module.src.path, caller.call.lineno)
             inner = self.arg(passed, caller, depth + 1)
@@ -446,22 +644,53 @@ class _Follower:
                 return Arg(False, inner.shown, inner.path or caller.module.src.path, inner.line or caller.call.lineno)
         return Arg(True, shown)
 
+    @staticmethod
+    def _saved(e: ast.expr, site: _Site) -> list[tuple[ast.expr, ast.AST]] | None:
+        if not isinstance(e, ast.Name):
+            return None
+        m = site.module
+        values, where, _ = m.bindings(e.id, site.scope)
+        if not values or not all(isinstance(v, _Saved) for v in values):
+            return None
+        out = []
+        for v in values:
+            found = m.saved_for_backward(where, v.index)  # type: ignore[union-attr]
+            if not found:
+                return None
+            out += found
+        return out
+
 
 _STARRED = ast.Constant(value=None)
 
 
-def _passed(call: ast.Call, position: int, name: str) -> ast.expr | None:
+@dataclass(frozen=True)
+class _Spread:
+    """An argument that can only come from `**d` at the call."""
+
+    value: ast.expr
+
+
+def _passed(call: ast.Call, position: int, name: str) -> ast.expr | _Spread | None:
     for i, a in enumerate(call.args):
         if isinstance(a, ast.Starred):
             return _STARRED
         if i == position:
             return a
+    spread = None
     for k in call.keywords:
         if k.arg == name:
             return k.value
         if k.arg is None:
-            return _STARRED
-    return None
+            spread = k.value
+    return _Spread(spread) if spread is not None else None
+
+
+def _spread_fresh(m: _Module, key: str) -> bool:
+    """Whether every value the module gives `key` in a dict (`{"kv": self.buf}`,
+    `d["kv"] = ...`) is dense: what a `**d` of the module's own dicts passes under that name."""
+    values = m.keys.get(key, [])
+    return bool(values) and all(isinstance(v, ast.expr) and m.fresh(v, m.scope_of(v)) for v in values)
 
 
 def _defaults(fn: ast.AST) -> dict[str, ast.expr]:

@@ -10,12 +10,34 @@ from typing import Any
 
 from gpudoctor.lint.pysource import int_const, kwarg
 from gpudoctor.lint.pyvalues import (TV, DictV, IterV, Named, ShapeV, Sym, TupleV, _CREATE, _ELEMENTWISE, _FLASH,
-                                     _REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
+                                     _INT_DTYPES, _REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
 
 
 # torch.<f>(x, ...) that keeps x's shape, elementwise.
 _TORCH_ELEMENTWISE = {"clamp", "clip", "clamp_min", "clamp_max", "exp", "tanh", "sigmoid", "abs", "neg", "mul", "div",
                       "add", "sub", "nan_to_num", "masked_fill", "pow", "square", "sqrt", "rsqrt"}
+
+
+def _int_dtype(dtype: Any) -> bool:
+    return isinstance(dtype, ast.Attribute) and dtype.attr in _INT_DTYPES
+
+
+def _on_cpu_after(name: str, node: ast.Call, was: bool) -> bool:
+    """Whether a tensor is on the CPU after `.cuda()` (no), `.cpu()` (yes), `.to(...)` (no when a
+    device or another tensor is named, what it was for a dtype alone), `.long()` (unchanged)."""
+    if name == "cuda":
+        return False
+    if name == "cpu":
+        return True
+    if name != "to":
+        return was
+    targets = list(node.args) + [k.value for k in node.keywords if k.arg in ("device", "other")]
+    for t in targets:
+        if isinstance(t, ast.Constant) and isinstance(t.value, str):
+            return t.value.startswith("cpu")
+        if not (isinstance(t, ast.Attribute) and (t.attr in _INT_DTYPES or t.attr.startswith(("float", "bfloat")))):
+            return False  # .to(device), .to(x.device), .to(x)
+    return was
 
 
 class CallOps:
@@ -48,7 +70,7 @@ class CallOps:
             return IterV(TupleV(tuple(self._elem(a) for a in args)))
         if name in ("max", "min", "sum") and qual == name and len(args) == 1 and isinstance(args[0], TV) and \
                 args[0].sizes and args[0].rank == 1:
-            return TV(rank=0, scalar_of=node, seed=args[0].seed)  # max(seq_lens): the largest 0-d tensor
+            return TV(rank=0, scalar_of=node, seed=args[0].seed, cpu=args[0].cpu)  # max(seq_lens): the largest 0-d tensor
         if q.startswith("torch.") and name in _REDUCTIONS | {"cumsum"} and args and isinstance(args[0], TV) and \
                 args[0].sizes:
             return self.reduce(name, args[0], node, node.args[1:])
@@ -103,12 +125,16 @@ class CallOps:
                     d = d + elem.rank + 1 if d < 0 else d
                     roles = elem.roles[:d] + (None,) + elem.roles[d:]  # the stacked tensors keep their roles
                 return TV(rank=elem.rank + 1, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank + 1)}),
-                          roles=roles)
+                          roles=roles, cpu=elem.sizes and elem.cpu)
             return TV()
         if q == "torch.cat" and args:
             elem = self._elem(args[0])
             if isinstance(elem, TV) and elem.rank is not None:
-                return TV(rank=elem.rank, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank)}))
+                return TV(rank=elem.rank, sizes=elem.sizes, layouts=frozenset({_identity(elem.rank)}),
+                          cpu=elem.sizes and elem.cpu)
+            sized = self._sizes_among(args[0])
+            if sized is not None:
+                return sized  # torch.cat((sizes.new_zeros((1,)), sizes.prod(1).cumsum(0)[:-1])): offsets
             return TV()
         if q.startswith("torch.") and name in _CREATE:
             self._size_args(node, args)
@@ -137,6 +163,22 @@ class CallOps:
         return None
 
     @staticmethod
+    def _sizes_among(v: Any) -> TV | None:
+        """The tensors a cat joins, when some hold sizes and the others are tensors of no known
+        rank or that rank (zeros padding a table of offsets): a tensor of sizes of that rank."""
+        if not isinstance(v, TupleV) or v.homogeneous or not v.items or not all(isinstance(i, TV) for i in v.items):
+            return None
+        sized = [i for i in v.items if i.sizes]
+        ranks = {i.rank for i in sized}
+        if not sized or len(ranks) != 1 or None in ranks:
+            return None
+        rank = ranks.pop()
+        if any(i.rank not in (None, rank) or i.attn for i in v.items):
+            return None
+        return TV(rank=rank, sizes=True, seed=next((i.seed for i in sized if i.seed), None),
+                  cpu=all(i.cpu for i in sized))
+
+    @staticmethod
     def _elem(v: Any) -> Any:
         if isinstance(v, TupleV):
             if v.homogeneous:
@@ -147,9 +189,10 @@ class CallOps:
             if len(ranks) == 1 and all(isinstance(i, TV) for i in v.items):
                 roles = {i.roles for i in v.items}
                 return TV(rank=ranks.pop(), sizes=all(i.sizes for i in v.items),
-                          roles=roles.pop() if len(roles) == 1 else None)
+                          roles=roles.pop() if len(roles) == 1 else None,
+                          cpu=all(i.sizes and i.cpu for i in v.items))
         if isinstance(v, TV) and v.rank:
-            return TV(rank=v.rank - 1, sizes=v.sizes, seed=v.seed)  # enumerate(sizes) keeps where it came from
+            return TV(rank=v.rank - 1, sizes=v.sizes, seed=v.seed, cpu=v.cpu)  # enumerate(sizes) keeps where it came from
         return None
 
     def method(self, name: str, tv: Any, raw: Any, node: ast.Call, args: list[Any], kws: dict[str, Any],
@@ -238,9 +281,16 @@ class CallOps:
                 return tv
             if isinstance(raw, (Named, type(None))) and not isinstance(raw, TV):
                 return TV(attn=tv.attn)
-            return replace(tv, sizes=tv.sizes and name in ("to", "cuda", "cpu", "long", "int"))
+            keep = tv.sizes and name in ("to", "cuda", "cpu", "long", "int")
+            return replace(tv, sizes=keep, cpu=keep and _on_cpu_after(name, node, tv.cpu))
         if name in ("long", "int") and tv.sizes:
             return tv
+        if name in ("expand", "expand_as") and tv.sizes:
+            return tv  # the same sizes, broadcast
+        if name == "sum" and not tv.sizes and _int_dtype(kwarg(node, "dtype")) and \
+                (node.args or kwarg(node, "dim") is not None) and tv.rank in (None, 2):
+            # attention_mask.sum(dim=-1, dtype=torch.int32): a count per row, the sequence lengths
+            return TV(rank=1, sizes=True, seed=tv.seed)
         if name in ("expand", "expand_as", "narrow", "select", "diagonal", "unfold", "as_strided"):
             return TV(rank=tv.rank if name in ("expand", "expand_as", "unfold") else None)
         if name in ("repeat", "repeat_interleave", "new_zeros", "new_ones", "new_empty", "new_full"):

@@ -38,7 +38,6 @@ Standard library only (`ast`).
 from __future__ import annotations
 
 import ast
-import re
 from typing import Callable
 
 from gpudoctor.lint import pycallers as pc
@@ -48,9 +47,6 @@ from gpudoctor.lint.pysource import PySource, finding
 _VIEWS = {"transpose", "permute", "t", "movedim", "moveaxis", "swapaxes", "swapdims", "adjoint"}
 _VIEW_ATTRS = {"T", "mT", "mH", "H"}
 _KEEPS = {"to", "float", "half", "bfloat16", "double", "detach", "clone", "cuda", "cpu", "requires_grad_", "type"}
-# A Python file that may define a checking function (the worker parses it for GPU012 only then):
-# `assert x.is_contiguous()`, `assert all(t.is_contiguous() ...)`, `if not x.is_contiguous():`.
-MAY_CHECK = re.compile(rb"^[ \t]*(?:assert|if[ \t]+not)\b[^\n]*\.is_contiguous\(", re.M)
 _MAX_WRAPPERS = 3
 _MAX_NAMES = 8  # names followed back through assignments, per argument
 

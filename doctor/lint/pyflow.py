@@ -78,7 +78,8 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._class_of[id(m)] = cls
         self._toplevel = {f.name: f for f in src.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        self._through: dict[int, int | None] = {}
+        self._through: dict[tuple[int, bool], int | None] = {}
+        self._submodules: dict[tuple[str, str], str] | None = None
 
     # entry points
 
@@ -104,6 +105,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             self.fields.update(fields)
             self._returns_seen.update(returns)
             words = {f"self.{attr}" for _, attr in fields} | {k.rsplit(".", 1)[-1] + "(" for k in returns}
+            words |= {f"self.{attr}(" for (_, attr), cls in self.submodules().items() if f"{cls}.forward" in returns}
             todo = [fn for fn in self.src.functions if any(w in self.src.scope_text(fn) for w in words)]
 
     def interpret(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -126,7 +128,7 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                        "masked_fill_", "add", "add_", "mul", "mul_", "sub", "sub_", "div", "div_", "clamp", "clamp_",
                        "view_as", "reshape_as"})
 
-    def _passed_through(self, func: ast.expr) -> int | None:
+    def _passed_through(self, func: ast.expr, arithmetic: bool = False) -> int | None:
         """Which argument a function of this file returns, shifted, scaled, masked or re-viewed
         (`def add_rel_pos(attn, q, ...): attn = attn.view(...) + bias; return attn`): its index
         among the call's arguments, or None."""
@@ -141,9 +143,9 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                 return None
         else:
             return None
-        key = id(fn)
+        key = (id(fn), arithmetic)
         if key not in self._through:
-            self._through[key] = _through(fn)
+            self._through[key] = _through(fn, arithmetic)
         i = self._through[key]
         return i - skip if i is not None and i >= skip else None
 
@@ -171,15 +173,38 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         old = self.field_stores.get(key)
         self.field_stores[key] = v if old is None else join_values([old, v])
 
+    def submodules(self) -> dict[tuple[str, str], str]:
+        """(class, attribute) -> the class of this file its __init__ builds there
+        (`self.encoder = Encoder(...)`): a call of `self.encoder(...)` runs Encoder.forward."""
+        if self._submodules is None:
+            self._submodules = {}
+            for cls in self._classes.values():
+                init = next((m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+                             m.name == "__init__"), None)
+                if init is None:
+                    continue
+                for st in ast.walk(init):
+                    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Call) and \
+                            isinstance(st.value.func, ast.Name) and st.value.func.id in self._classes:
+                        key = dotted(st.targets[0]) or ""
+                        if key.startswith("self.") and key.count(".") == 1:
+                            self._submodules[(cls.name, key[5:])] = st.value.func.id
+        return self._submodules
+
     def _returned(self, func: ast.expr, node: ast.Call) -> Any:
         """The value a call of a function of this file (or of the project, from the project
-        pass) returns, when it returns sizes."""
+        pass) returns, when it returns sizes: a function, a method of the class, the forward of
+        a submodule whose class is in this file."""
         key = None
         if isinstance(func, ast.Name) and func.id in self._toplevel:
             key = func.id
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
                 self._cls is not None:
             key = f"{self._cls.name}.{func.attr}"
+            if key not in self._returns_seen:
+                sub = self.submodules().get((self._cls.name, func.attr))
+                if sub is not None:
+                    key = f"{sub}.forward"
         elif self.return_seeds:
             q = self.src.qualify(func.id) if isinstance(func, ast.Name) else \
                 self.src.qualname(func) if self._is_module(func) else None
@@ -344,9 +369,9 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             return [None] * n
         if isinstance(v, TV):
             if v.sizes and v.rank == 1:
-                return [TV(rank=0, scalar_of=value_node, seed=v.seed)] * n
+                return [TV(rank=0, scalar_of=value_node, seed=v.seed, cpu=v.cpu)] * n
             if v.sizes and v.rank and v.rank > 1:
-                return [TV(rank=v.rank - 1, sizes=True, seed=v.seed)] * n
+                return [TV(rank=v.rank - 1, sizes=True, seed=v.seed, cpu=v.cpu)] * n
             if v.rank:
                 return [self._index_dim0(v)] * n
         return [None] * n
@@ -360,19 +385,20 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         elif isinstance(it, TupleV):
             elem = it.items[0] if it.homogeneous else None
         elif isinstance(it, TV) and it.rank:
-            elem = TV(rank=it.rank - 1, sizes=True, seed=it.seed) if it.sizes else self._index_dim0(it)
+            elem = TV(rank=it.rank - 1, sizes=True, seed=it.seed, cpu=it.cpu) if it.sizes else self._index_dim0(it)
             if it.sizes and it.rank == 1:
-                elem = TV(rank=0, scalar_of=iter_node, seed=it.seed)
+                elem = TV(rank=0, scalar_of=iter_node, seed=it.seed, cpu=it.cpu)
             elif it.sizes and it.rank == 2:
                 # rows of a size tensor: unpacking a row gives 0-d tensors
-                elem = TV(rank=1, sizes=True, scalar_of=iter_node, seed=it.seed)
+                elem = TV(rank=1, sizes=True, scalar_of=iter_node, seed=it.seed, cpu=it.cpu)
         self._bind_elem(target, elem, iter_node, env)
 
     def _bind_elem(self, target: ast.AST, elem: Any, iter_node: ast.AST, env: dict[str, Any]) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(elem, TV) and elem.sizes and elem.rank == 1:
                 for e in target.elts:
-                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node, seed=elem.seed), None, env)
+                    self.bind(e, TV(rank=0, scalar_of=elem.scalar_of or iter_node, seed=elem.seed, cpu=elem.cpu), None,
+                              env)
             elif isinstance(elem, TupleV) and not elem.homogeneous and len(elem.items) == len(target.elts):
                 for e, item in zip(target.elts, elem.items):
                     self._bind_elem(e, item, iter_node, env)
@@ -539,10 +565,12 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         if isinstance(recv, TV):
             if recv.sizes and recv.rank and picked and not isinstance(picker, TV):  # sizes[mask]: advanced indexing
                 if recv.rank == 1:
-                    return TV(rank=0, scalar_of=node, seed=recv.seed)
-                return TV(rank=recv.rank - 1, sizes=True, seed=recv.seed)
+                    return TV(rank=0, scalar_of=node, seed=recv.seed, cpu=recv.cpu)
+                return TV(rank=recv.rank - 1, sizes=True, seed=recv.seed, cpu=recv.cpu)
             if index is not None and recv.rank:
                 return self._index_dim0(recv)
+            if recv.sizes and recv.rank and isinstance(sl, ast.Slice):
+                return recv  # offsets[:-1]: fewer rows of the same sizes
             return self._index(recv, sl)
         return None
 
@@ -554,8 +582,8 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             return self.product(left, right, node, lnode, rnode)
         for side in (left, right):
             if isinstance(side, TV) and side.scalar_of is not None and side.rank == 0:
-                self._scalar_use(node, side)
-                return TV(rank=0, scalar_of=side.scalar_of, seed=side.seed)
+                self._scalar_use(node, side, arithmetic=True)
+                return TV(rank=0, scalar_of=side.scalar_of, seed=side.seed, cpu=side.cpu)
         lt, rt = isinstance(left, TV) and not _blank(left), isinstance(right, TV) and not _blank(right)
         if not lt and not rt:
             ls, rs = self._sym(left), self._sym(right)
@@ -578,6 +606,11 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
                       roles=a.roles if a.rank == rank else None,
                       attn=attn, attn_origin=a.attn_origin if a.attn else b.attn_origin)
         tv = left if lt else right
+        other = right if lt else left
+        if tv.sizes and tv.rank and (isinstance(other, (Sym, Named)) or (other is None and lnode is not None)) and \
+                isinstance(op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
+            # (lengths + page - 1) // page, lengths % page: sizes still, element by element
+            return replace(tv, src=None, scalar_of=None)
         return replace(tv, src=None, sizes=False) if tv.src or tv.sizes else tv
 
     @staticmethod
@@ -627,7 +660,9 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             self._note_size_args(node, args, kws, spread)
         if is_method and name == "register_buffer" and len(args) >= 2 and isinstance(func.value, ast.Name) and \
                 func.value.id == "self" and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            self._store_field(node.args[0].value, args[1])  # self.register_buffer("lens", sizes): self.lens
+            # self.register_buffer("lens", sizes): self.lens, moved with the module (model.cuda())
+            buf = args[1]
+            self._store_field(node.args[0].value, replace(buf, cpu=False) if isinstance(buf, TV) else buf)
         if is_method:
             out = self.method(name, _as_tv(recv) if not isinstance(recv, (ShapeV, TupleV, DictV)) else recv,
                               recv, node, args, kws, env)
@@ -640,6 +675,11 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
             if through is not None and through < len(args) and isinstance(args[through], TV) and args[through].attn:
                 a = args[through]  # add_rel_pos(attn, ...): the scores, biased, come back
                 return TV(attn=a.attn, attn_origin=a.attn_origin, cond=a.cond)
+        if out is None and any(isinstance(a, TV) and a.sizes and a.rank for a in args):
+            through = self._passed_through(func, arithmetic=True)
+            if through is not None and through < len(args) and isinstance(args[through], TV) and \
+                    args[through].sizes and args[through].rank:
+                return replace(args[through], scalar_of=None)  # page_count(lengths): sizes, computed element by element
         if out is None and args and isinstance(args[0], TV) and args[0].rank and _SHAPE_KEEPING.search(name):
             return replace(args[0], src=None, sizes=False)  # rotary(q), apply_rope(k): same layout, same roles
         if out is None and name and name not in _NOT_HELPERS and not (qual or "").startswith(_LIBRARIES):
@@ -648,11 +688,26 @@ class Interp(CallOps, LayoutOps, AttentionOps, SizeOps):
         return out
 
 
-def _through(fn: ast.AST) -> int | None:
+def _through(fn: ast.AST, arithmetic: bool = False) -> int | None:
     """The index of the parameter `fn` returns kept what it is (see Interp._passed_through): every
     return returns that parameter's name, and every assignment to it rebuilds it from itself
-    through arithmetic, subscripts and the methods of Interp._KEEP."""
+    through arithmetic, subscripts and the methods of Interp._KEEP. With `arithmetic`, the one
+    return may be such an expression itself (`return (length + self.page - 1) // self.page`)."""
     params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]  # type: ignore[attr-defined]
+    if arithmetic:
+        returns_ = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+        if len(returns_) != 1 or returns_[0].value is None:
+            return None
+        value = returns_[0].value
+        used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} & (set(params) - {"self", "cls"})
+        if len(used) != 1 or not _rebuilt_from(value, next(iter(used))):
+            return None
+        name = used.pop()
+        for n in ast.walk(fn):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+            if any(isinstance(t, ast.Name) and t.id == name for target in targets for t in ast.walk(target)):
+                return None
+        return params.index(name)
     returns: list[ast.expr | None] = []
     assigned: list[ast.expr] = []
     stack = list(fn.body)  # type: ignore[attr-defined]

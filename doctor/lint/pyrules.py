@@ -63,6 +63,11 @@ class Facts:
     # it is, when it is one)
     size_returns: dict[str, tuple] = field(default_factory=dict)
     rebinds: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+    # GPU004, for a file that hands sizes to calls: its classes (absolute name -> bases, method
+    # names, submodule classes, element classes) and its top-level defs (module, names), so that
+    # the project pass looks a call's target up without parsing the file again
+    vf_classes: dict[str, tuple] = field(default_factory=dict)
+    vf_defs: tuple[str, frozenset[str]] | None = None
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
@@ -76,10 +81,12 @@ def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def check(src: PySource, codes: set[str], facts: Facts) -> list[Finding]:
+def check(src: PySource, codes: set[str], facts: Facts, every_function: bool = False) -> list[Finding]:
+    """The Python rules on one parsed file. `every_function`: the dataflow interprets every
+    function, not only those whose text has a rule's trigger words (the prefilters' safety test)."""
     out: list[Finding] = []
     if codes & {"GPU001", "GPU003", "GPU004", "GPU008"}:
-        out += _flow_rules(src, codes, facts)
+        out += _flow_rules(src, codes, facts, every_function)
     if "GPU002" in codes:
         out += _sdp_kernel(src)
     if "GPU005" in codes:
@@ -105,7 +112,9 @@ _TRIGGERS = {
     # softmax in the function, or a helper's probabilities multiplied here (named so)
     "GPU001": (("softmax", "get_attention_scores", "probs", "scores", "attn"), re.compile(rules.ATTENTION_PRODUCT.decode())),
     "GPU003": ((".view(",), re.compile(rules.NONCONTIGUOUS.decode())),
-    "GPU004": (("tensor(", "stack(", "Tensor(", "_sizes", "shape", "size"), None),
+    # a function that makes a tensor of sizes (what it receives from elsewhere, a field of self, a
+    # return value or a keyword, is followed by the later rounds and the project pass)
+    "GPU004": (("tensor(", "stack(", "Tensor(", "register_buffer(", ".sum("), None),
     "GPU008": (("flash_attn",), None),
 }
 
@@ -140,11 +149,11 @@ def _wanted(text: str, triggers) -> bool:
     return False
 
 
-def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> list[Finding]:
+def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None, every_function: bool = False) -> list[Finding]:
     triggers = _triggers(src, codes)
 
     def want(fn: ast.AST) -> bool:
-        return _wanted(src.scope_text(fn), triggers)
+        return every_function or _wanted(src.scope_text(fn), triggers)
 
     interp = Interp(src)
     interp.run(want)
@@ -165,7 +174,7 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
     deferred: dict[int, Finding] = {}  # id(value node) -> a caller-side finding the project pass decides on
     if "GPU004" in codes:
         deferred = {k: None for k in valueflow.record(src, interp, facts, lambda n: _short(src, n, 40))}  # type: ignore[misc]
-    for ev in _one_per_group(interp.events):
+    for ev in _one_per_group(interp.events, src):
         f = None
         if isinstance(ev, ViewEvent) and "GPU003" in codes:
             f = _view_finding(src, ev)
@@ -196,10 +205,13 @@ def _flow_rules(src: PySource, codes: set[str], facts: Facts | None = None) -> l
     return out
 
 
-def _one_per_group(events: list) -> list:
+def _one_per_group(events: list, src: PySource | None = None) -> list:
     """One GPU004 finding per group of bindings: `t = sizes[0]; h = sizes[1]; w = sizes[2]` on
-    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change."""
+    consecutive lines (or `sizes[1], sizes[2]` on one line) are one place to change, and so are
+    the elements of one tensor taken in the two branches of an if (`n = offs[i + 1] - offs[i]`,
+    `else: n = total - offs[i]`)."""
     out, last = [], {}
+    branches = _branch_pairs(src, events) if src is not None else []
     for ev in events:
         if isinstance(ev, ShapeTensorEvent) and isinstance(ev.unpacked, ast.Subscript):
             base = dotted(ev.unpacked.value)
@@ -207,9 +219,26 @@ def _one_per_group(events: list) -> list:
             if base is not None:
                 prev = last.get(base)
                 last[base] = line
-                if prev is not None and 0 <= line - prev <= 1:
+                if prev is not None and (0 <= line - prev <= 1 or
+                                         any(a[0] <= prev <= a[1] and b[0] <= line <= b[1] for a, b in branches)):
                     continue
         out.append(ev)
+    return out
+
+
+def _branch_pairs(src: PySource, events: list) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(lines of the body, lines of the else) of each if/else that holds GPU004 events."""
+    lines = {ev.unpacked.lineno for ev in events if isinstance(ev, ShapeTensorEvent) and
+             isinstance(ev.unpacked, ast.Subscript)}
+    if len(lines) < 2:
+        return []
+    out = []
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.If) and node.orelse and node.lineno <= max(lines) and \
+                (node.end_lineno or node.lineno) >= min(lines):
+            body = (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+            orelse = (node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno)
+            out.append((body, orelse))
     return out
 
 

@@ -14,7 +14,7 @@ import re
 from gpudoctor.lint.pysource import dotted, kwarg
 from gpudoctor.lint.pyvalues import (TV, DictV, ShapeArgEvent, ShapeTensorEvent, ShapeV, SizeCall, Sym, TupleV,
                                      _INT_DTYPES, _SHAPE_KW, _identity, export)
-from gpudoctor.lint.shapetables import table_rank
+from gpudoctor.lint.shapetables import on_device, table_rank
 
 
 # a collection of sizes by its name: shapes, grid_sizes, spatial_shapes, image_sizes
@@ -24,9 +24,12 @@ _SIZES_NAME = re.compile(r"(^|_)(shapes|sizes|grid_size|grid_sizes)$")
 class SizeOps:
     """Sizes held as tensors; mixed into Interp (uses `self.events`, `self.calls`, `self._fn`)."""
 
-    def _scalar_use(self, node: ast.AST, v: TV) -> None:
+    def _scalar_use(self, node: ast.AST, v: TV, arithmetic: bool = False) -> None:
+        """A 0-d element of a tensor of sizes used as a number. Used directly as a size (a new
+        tensor's, a view's, range(), a slice bound) an element of a CPU table is turned into an int
+        by __index__, with no kernel and no sync: left alone; arithmetic makes a tensor either way."""
         origin = v.scalar_of
-        if origin is None or id(origin) in self._scalar_reported:
+        if origin is None or id(origin) in self._scalar_reported or (v.cpu and not arithmetic):
             return
         self._scalar_reported.add(id(origin))
         self.events.append(ShapeTensorEvent(node, origin, v.seed))
@@ -72,11 +75,11 @@ class SizeOps:
         keeps a tensor of sizes (cu_seqlens)."""
         dim = dim_args[0] if dim_args else kwarg(node, "dim")
         if name == "cumsum":
-            return TV(rank=tv.rank, sizes=True, seed=tv.seed)
+            return TV(rank=tv.rank, sizes=True, seed=tv.seed, cpu=tv.cpu)
         if dim is None:
-            return TV(rank=0, scalar_of=node, seed=tv.seed)
+            return TV(rank=0, scalar_of=node, seed=tv.seed, cpu=tv.cpu)
         if tv.rank == 2 and name not in ("max", "min"):  # max(dim) returns (values, indices)
-            return TV(rank=1, sizes=True, seed=tv.seed)
+            return TV(rank=1, sizes=True, seed=tv.seed, cpu=tv.cpu)
         return None
 
     def size_tensor(self, node: ast.Call, qual: str) -> TV:
@@ -116,7 +119,7 @@ class SizeOps:
             rank = table_rank(self._fn, node)
         if rank is None or not is_sizes:
             return TV(rank=rank)
-        return TV(rank=rank, sizes=True, layouts=frozenset({_identity(rank)}))
+        return TV(rank=rank, sizes=True, layouts=frozenset({_identity(rank)}), cpu=not on_device(node))
 
     def _shape_from_args(self, nodes: list[ast.expr], vals: list[Any]) -> tuple[Sym | None, ...] | None:
         if len(vals) == 1 and isinstance(vals[0], TupleV) and not vals[0].homogeneous:
@@ -132,7 +135,7 @@ def _carried_arg(v: Any) -> Any:
     """What of an argument the project pass follows: tensors of sizes, rows of them, and lists
     or dicts of those (a 0-d element alone is reported where it is used, in the caller)."""
     c = export(v)
-    return None if c is None or c == ("t", 0) else c
+    return None if c is None or c in (("t", 0), ("c", 0)) else c
 
 
 def _seed_of(v: Any) -> str | None:

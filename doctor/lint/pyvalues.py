@@ -101,6 +101,11 @@ class TV:
     # probabilities only if `cond[0]` returns `cond[1]` ("scores": the softmax of an opaque
     # result; "probs": an opaque result used as probabilities)
     cond: tuple[str, str] | None = None
+    # a tensor of sizes (or an element of one) known to be on the CPU: built with torch.tensor /
+    # as_tensor / stack and no device. Its elements used directly as sizes (`x.repeat(1, t[1])`,
+    # a view's sizes, range()) are turned into ints by __index__: no kernel, no sync, left alone;
+    # arithmetic on them still makes tensors (reported).
+    cpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,9 @@ class DictV:
 # callers (a return value) or between methods (an attribute of self): the part of an abstract
 # value GPU004 needs, without ast nodes, so that it pickles and compares cheaply.
 #   ("t", r)                  a tensor of sizes of rank r (2: a table, 1: a row, 0: one element)
+#   ("c", r)                  the same, known to be on the CPU
 #   ("l", inner)              a list or tuple whose every element is `inner`
+#   ("u", (inner | None, ...)) a tuple of fixed length (`return out, sizes, offsets`)
 #   ("d", ((key, inner), ...)) a dict holding those entries
 Carried = tuple
 
@@ -160,11 +167,15 @@ def export(v: Any, depth: int = 0) -> Carried | None:
     if depth > 3:
         return None
     if isinstance(v, TV):
-        return ("t", v.rank) if v.sizes and v.rank in (0, 1, 2) else None
+        if v.sizes and v.rank in (0, 1, 2):
+            return ("c" if v.cpu else "t", v.rank)
+        return None
     if isinstance(v, TupleV) and v.items:
         inner = [export(i, depth + 1) for i in v.items]
         if inner[0] is not None and all(i == inner[0] for i in inner):
             return ("l", inner[0])
+        if not v.homogeneous and len(inner) <= 8 and any(i is not None for i in inner):
+            return ("u", tuple(inner))
         return None
     if isinstance(v, DictV):
         entries = tuple((k, c) for k, c in ((k, export(i, depth + 1)) for k, i in v.items) if c is not None)
@@ -177,22 +188,26 @@ def materialise(c: Carried, seed: str | None, node: ast.AST | None) -> Any:
     what follows from it is told from what the callee makes itself) or returned at the call
     `node` (its 0-d elements are reported there)."""
     kind, inner = c
-    if kind == "t":
+    if kind in ("t", "c"):
         if inner == 0:
-            return TV(rank=0, scalar_of=node, seed=seed)
-        return TV(rank=inner, sizes=True, seed=seed)
+            return TV(rank=0, scalar_of=node, seed=seed, cpu=kind == "c")
+        return TV(rank=inner, sizes=True, seed=seed, cpu=kind == "c")
     if kind == "l":
         return TupleV((materialise(inner, seed, node),), homogeneous=True)
+    if kind == "u":
+        return TupleV(tuple(materialise(i, seed, node) if i is not None else None for i in inner))
     return DictV(tuple((k, materialise(i, seed, node)) for k, i in inner))
 
 
 def describe(c: Carried) -> str:
     """`a row of a tensor of sizes`: a carried value in words, for messages."""
     kind, inner = c
-    if kind == "t":
+    if kind in ("t", "c"):
         return {2: "a tensor of sizes", 1: "a row of a tensor of sizes", 0: "a 0-d tensor of sizes"}[inner]
+    if kind == "u":
+        return "a tuple holding " + ", ".join(describe(i) for i in inner if i is not None)
     if kind == "l":
-        if inner[0] == "t":
+        if inner[0] in ("t", "c"):
             return {2: "a list of tensors of sizes", 1: "a list of rows of sizes held as tensors",
                     0: "a list of 0-d tensors of sizes"}[inner[1]]
         return "a list holding sizes as tensors"
@@ -288,9 +303,11 @@ def join_values(values: list[Any]) -> Any:
     if all(isinstance(v, TV) for v in values):
         if all(v.sizes for v in values) and all(v.rank == first.rank for v in values):
             return TV(rank=first.rank, sizes=True, seed=next((v.seed for v in values if v.seed), None),
-                      layouts=first.layouts if all(v.layouts == first.layouts for v in values) else None)
+                      layouts=first.layouts if all(v.layouts == first.layouts for v in values) else None,
+                      cpu=all(v.cpu for v in values))
         if all(v.rank == 0 and v.scalar_of is not None for v in values):
-            return TV(rank=0, scalar_of=first.scalar_of, seed=next((v.seed for v in values if v.seed), None))
+            return TV(rank=0, scalar_of=first.scalar_of, seed=next((v.seed for v in values if v.seed), None),
+                      cpu=all(v.cpu for v in values))
         joined = _join_tv(values)
         if joined is None and first.attn and all(v.attn == first.attn and v.attn_origin is first.attn_origin and
                                                   v.cond == first.cond for v in values):

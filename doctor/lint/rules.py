@@ -42,15 +42,32 @@ class Rule:
     # is deprecated, "note" is informational.
     level: str = "error"
 
-    def wants(self, data: bytes) -> bool:
-        if not all(any(s in data for s in group) for group in self.prefilter):
-            return False
+    def wants(self, data: bytes, seen: dict | None = None) -> bool:
+        """Whether the file's bytes pass this rule's prefilter. `seen`: what the other rules'
+        checks of the same file found (a substring or pattern is searched once per file)."""
+        seen = {} if seen is None else seen
+        for group in self.prefilter:
+            for s in group:
+                hit = seen.get(s)
+                if hit is None:
+                    hit = seen[s] = s in data
+                if hit:
+                    break
+            else:
+                return False
         if self.pattern is None:
             return True
         patterns = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
         for p in patterns:
             alternatives = p if isinstance(p, tuple) else (p,)
-            if not any(_compiled(a).search(data) is not None for a in alternatives):
+            for a in alternatives:
+                key = (a,)  # a regex, kept apart from a substring spelt the same
+                hit = seen.get(key)
+                if hit is None:
+                    hit = seen[key] = _compiled(a).search(data) is not None
+                if hit:
+                    break
+            else:
                 return False
         return True
 
@@ -78,8 +95,9 @@ SIZE_TENSOR = rb"ensor\([^\n]*(?:\.shape|\.size\(|torch\.(?:long|int)|_sizes?\b)
 _UNPACK = (rb"^[ \t]*(?:for[ \t]+(?:\w+[ \t]*,[ \t]*)?\(?)?\w+[ \t]*,[ \t]*\w+(?:[ \t]*,[ \t]*\w+)*\)?[ \t]*"
            rb"(?:=|in)[ \t]*(?:enumerate\()?[\w.]+(?:\[[^\]\n]*\])?\)?[ \t]*:?[ \t]*(?:#.*)?$"
            rb"|(?:shape|size|sizes)[ \t]*=[ \t]*[\w.]+\[",
-           # a reduction of one (`seq_lens.max()`)
+           # a reduction of one (`seq_lens.max()`), or one element picked (`pages = pages[0]`)
            rb"\.(?:max|min|sum|prod|amax|amin)\(\)",
+           rb"^[ \t]*(\w+)[ \t]*=[ \t]*\1\[-?\d+\][ \t]*(?:#.*)?$",
            # sizes put in a dict of keyword arguments for `**kwargs` (`dict(grid_sizes=...)`, `{"grid_sizes": ...}`)
            rb"(?:sizes|shapes)[\"']?[ \t]*[=:][ \t]*[\w\"'(]",
            # or returned to the caller
@@ -424,10 +442,12 @@ RULES: tuple[Rule, ...] = (
         title="an extension reads data_ptr() of a tensor argument never checked or made contiguous",
         # Python files are read only for the bindings' callers, in the cross-file step
         kinds=(CPP, PYTHON),
-        # raw reads, or the bindings and dispatchers that call the functions reading them
-        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE"),),
+        # raw reads, or the bindings and dispatchers that call the functions reading them (a
+        # dispatch header of the project's own, included with quotes, is one)
+        prefilter=((b"data_ptr", b".data<", b"TORCH_LIBRARY", b"PYBIND11_MODULE", b'#include "'),),
         # a binding used, not defined (torch/library.h defines TORCH_LIBRARY)
-        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\("),),
+        pattern=((rb"data_ptr", rb"\.data<", rb"^[ \t]*(?:TORCH_LIBRARY\w*|PYBIND11_MODULE)[ \t]*\(",
+                  rb'^[ \t]*#[ \t]*include[ \t]*"'),),
         what=(
             "In C++/CUDA extension code (it includes torch headers, binds with PYBIND11_MODULE / "
             "TORCH_LIBRARY, or launches kernels on ATen tensors), a function or bound lambda reads "

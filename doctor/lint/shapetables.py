@@ -11,7 +11,8 @@ import ast
 from gpudoctor.lint.pysource import dotted, kwarg
 
 
-def _on_device(node: ast.Call) -> bool:
+def on_device(node: ast.Call) -> bool:
+    """A device other than the CPU is named (`device=x.device`, `device=\"cuda\"`)."""
     device = kwarg(node, "device")
     if device is None:
         return False
@@ -26,13 +27,21 @@ def table_rank(fn: ast.AST | None, node: ast.Call) -> int | None:
     """The rank of `torch.as_tensor(name, dtype=<int>, device=<not cpu>)` where `name` is a list this
     function fills with `name.append((h, w))` (2) or `name.append(n)` (1); None otherwise."""
     data = node.args[0] if node.args else kwarg(node, "data")
-    if fn is None or not isinstance(data, ast.Name) or not _on_device(node):
+    if fn is None or not isinstance(data, ast.Name) or not on_device(node):
         return None
     ranks = set()
+    tuples: dict[str, set[bool]] = {}  # `spatial_shape = (h, w)`, then `spatial_shapes.append(spatial_shape)`
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            tuples.setdefault(n.targets[0].id, set()).add(isinstance(n.value, (ast.Tuple, ast.List)))
     for n in ast.walk(fn):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append" and \
                 dotted(n.func.value) == data.id and len(n.args) == 1:
-            ranks.add(2 if isinstance(n.args[0], (ast.Tuple, ast.List)) else 1)
+            item = n.args[0]
+            if isinstance(item, ast.Name) and tuples.get(item.id) == {True}:
+                ranks.add(2)
+            else:
+                ranks.add(2 if isinstance(item, (ast.Tuple, ast.List)) else 1)
     return ranks.pop() if len(ranks) == 1 else None
 
 

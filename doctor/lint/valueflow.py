@@ -201,7 +201,16 @@ def record(src: PySource, interp: Any, facts: Any, short: Callable[[ast.AST], st
                                          id(c.value)))
     if src.module:
         for key, carried in interp.returns.items():
-            facts.size_returns[f"{src.module}.{key}"] = carried
+            if carried[0] != "u":  # a tuple of a size tensor and other values: followed in the file only
+                facts.size_returns[f"{src.module}.{key}"] = carried
+        if facts.size_calls:
+            for node in src.tree.body:
+                if isinstance(node, ast.ClassDef):
+                    info = class_info(src, node.name)
+                    if info is not None:
+                        bases, methods, ctors, elems = info
+                        facts.vf_classes[f"{src.module}.{node.name}"] = (bases, frozenset(methods), ctors, elems)
+            facts.vf_defs = (src.module, frozenset(n.name for n in src.tree.body if isinstance(n, _FUNCS)))
     facts.rebinds = rebinds(src)
     return {k for (k, _), t in targets.items() if t is not None}
 
@@ -217,7 +226,7 @@ def whatif(src: PySource, fn: ast.AST, param: str, carried: Carried, origin: str
     interp = Interp(src)
     interp.fn_seeds[id(fn)] = {param: materialise(carried, param, None)}
     interp.run(lambda f: f is fn)
-    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events)
+    findings = [_shape_tensor_finding(src, ev, origin) for ev in _one_per_group(interp.events, src)
                 if isinstance(ev, ShapeTensorEvent) and ev.seed == param]
     classes = class_of(src)
     onward = []
@@ -240,7 +249,7 @@ def returned_into(src: PySource, seeds: dict[str, Carried], names: set[str], ori
     words = tuple(n + "(" for n in names)
     interp.run(lambda f: any(w in src.scope_text(f) for w in words))
     out = []
-    for ev in _one_per_group(interp.events):
+    for ev in _one_per_group(interp.events, src):
         if isinstance(ev, ShapeTensorEvent) and ev.seed and ev.seed.startswith("return:"):
             out.append(_shape_tensor_finding(src, ev, origins.get(ev.seed[7:], "a project function's return value")))
     return out
@@ -253,8 +262,16 @@ class Project:
     """The linted modules, parsed on demand, and the lookups of call targets among them."""
 
     def __init__(self, modules: dict[str, str], codes: dict[str, tuple[str, ...]], load: Callable[[str], Any],
-                 rebinds: Callable[[], list[tuple[str, str, str, str | None]]]):
+                 rebinds: Callable[[], list[tuple[str, str, str, str | None]]], facts: dict[str, Any] | None = None):
         self.modules, self.codes, self.load = modules, codes, load
+        # what the workers said about the files that hand sizes on (their classes and defs):
+        # enough to find that a call has no target in the project without parsing the file
+        self.known: dict[str, tuple] = {}
+        self.defs: dict[str, frozenset[str]] = {}
+        for f in (facts or {}).values():
+            self.known.update(getattr(f, "vf_classes", {}) or {})
+            if getattr(f, "vf_defs", None):
+                self.defs[f.vf_defs[0]] = f.vf_defs[1]
         self._rebinds = rebinds  # read on the first call that a rebound method could answer
         self._rebound: dict[tuple[str, str], list[str]] | None = None
         self._bound_to: dict[str, list[tuple[str, str]]] = {}
@@ -298,8 +315,29 @@ class Project:
         info = class_info(found[0], found[1][0])
         return (found[0], info) if info is not None else None
 
+    def light(self, cls: str) -> tuple | None:
+        """(bases, method names, submodule classes, element classes) of a class: from the workers'
+        facts when they have it, else from its parsed module."""
+        if cls in self.known:
+            return self.known[cls]
+        if cls.rpartition(".")[0] in self.defs:
+            return None  # a module whose worker listed its top-level classes: not one of them
+        found = self.class_info(cls)
+        if found is None:
+            return None
+        bases, methods, ctors, elems = found[1]
+        return bases, frozenset(methods), ctors, elems
+
+    def defines_method(self, cls: str, name: str, skip_own: bool = False, depth: int = 0) -> bool:
+        info = self.light(cls) if depth < 8 else None
+        if info is None:
+            return False
+        return (not skip_own and name in info[1]) or any(self.defines_method(b, name, False, depth + 1) for b in info[0])
+
     def method(self, cls: str, name: str, skip_own: bool = False, depth: int = 0):
         """(source, function node) of `name` looked up from class `cls` through its bases."""
+        if depth == 0 and not self.defines_method(cls, name, skip_own):
+            return None  # known without parsing anything: no such method in the project
         found = self.class_info(cls) if depth < 8 else None
         if found is None:
             return None
@@ -313,16 +351,19 @@ class Project:
         return None
 
     def attribute_class(self, cls: str, attr: str, elements: bool = False, depth: int = 0) -> str | None:
-        found = self.class_info(cls) if depth < 8 else None
+        found = self.light(cls) if depth < 8 else None
         if found is None:
             return None
-        _, (bases, _, ctors, elems) = found
+        bases, _, ctors, elems = found
         table = elems if elements else ctors
         if attr in table:
             return table[attr]
         return next((c for c in (self.attribute_class(b, attr, elements, depth + 1) for b in bases) if c), None)
 
     def function(self, qual: str):
+        module, _, name = qual.rpartition(".")
+        if module in self.defs and name not in self.defs[module]:
+            return None  # the module's worker listed its defs: not one of them
         found = self.split(qual)
         if found is None or len(found[1]) != 1:
             return None
@@ -356,12 +397,16 @@ class Project:
         else:
             return []
         if hit is not None:
-            out.append((hit[0], hit[1], 1))
+            out.append((hit[0], hit[1], 0 if _static(hit[1]) else 1))  # a staticmethod has no self
         for fn_qual in self.rebound.get((attr, "forward"), []) if attr else []:
             other = self.function(fn_qual)
             if other is not None:
                 out.append((other[0], other[1], 1))  # bound with types.MethodType: self is the object
         return out
+
+
+def _static(fn: ast.AST) -> bool:
+    return any((dotted(d) or "").endswith("staticmethod") for d in getattr(fn, "decorator_list", ()))
 
 
 def _parameter(fn: Any, slot: int | str, skip: int) -> str | None:
@@ -383,7 +428,7 @@ def resolve(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: d
             for target, slot, carried, text, line, key in facts[path].size_calls:
                 todo.append((target, slot, carried, f"`{text}`, {describe(carried)}, at {path}:{line}", (path, key)))
     project = Project(modules, codes, load, lambda: [r for _, found in sorted(_all_rebinds(facts, codes, load).items())
-                                                      for r in found])
+                                                      for r in found], facts)
     out: list[Finding] = []
     followed: set[tuple[str, int]] = set()
     seen: set[tuple[str, int, str, Carried]] = set()

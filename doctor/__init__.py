@@ -9,7 +9,7 @@ The folder doctor/ is the CLI layer and one package per capability:
   `safetext` (untrusted text made safe to show). `output` imports `safetext`, which imports
   nothing.
 - the capabilities, which import the layers below and each other's public modules only as their
-  `__init__` docstrings say: `scan`, `explain`, `ticket`, `lint`, `fleet`.
+  `__init__` docstrings say: `scan`, `explain`, `ticket`, `lint`, `fleet`, `patch`.
 - below them: `knowledge` (the knowledge base and its loader), gpudoctor.reports (the report
   model, schema, renderers, redaction) and gpudoctor.probes (the probes; their contract in
   `probes.base`).

@@ -337,6 +337,7 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
     from gpudoctor.explain import explanation as ex
     from gpudoctor.explain import textinput
     from gpudoctor.explain.matcher import analyse_chunks
+    from gpudoctor.patch.locate import TextTail
 
     try:
         if file is not None:
@@ -348,10 +349,36 @@ def _match(query: Optional[str], file: Optional[str]) -> Any:
             chunks = textinput.iter_stream(stream, name="standard input")
         else:
             chunks = textinput.iter_text(query or "")
-        analysis = analyse_chunks(chunks)
+        tail = TextTail(chunks)  # the traceback the patch for the user's code is read from
+        analysis = analyse_chunks(tail)
     except textinput.InputError as exc:
         _fail(str(exc))
-    return ex.from_analysis(analysis)
+    result = ex.from_analysis(analysis)
+    result.code_patch = _code_patch(result, tail.text())
+    return result
+
+
+def _code_patch(result: Any, text: str) -> Any:
+    """The patch for the user's own files that the text's traceback names (gpudoctor.patch), or
+    None: only under an entry verdict (a platform or an unrecognised CUDA error has no entry
+    whose rules could check the code), and lint is imported only when one of those files exists
+    on this machine."""
+    best = result.best
+    if result.kind != "entry" or best is None or 'File "' not in text:
+        return None
+    from gpudoctor.patch import locate
+
+    if not locate.names_local_files(text):
+        return None
+    from gpudoctor.ticket import pytrace
+
+    tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), tuple(best.evidence))
+    sites = locate.user_sites(tb.frames if tb is not None else locate.loose_frames(text))
+    if not sites:
+        return None
+    from gpudoctor.patch.search import find_patches
+
+    return find_patches(result.entry, sites)
 
 
 def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:

@@ -3,7 +3,7 @@ imported). doctor/__init__.py and each package's `__init__` docstring state them
 
 - layers, lowest first: the foundation (gpudoctor.knowledge, gpudoctor.safetext, gpudoctor.output,
   the probe contract gpudoctor.probes.base and the registry), gpudoctor.reports, the capabilities
-  (scan, explain, ticket, lint, fleet, and the probe modules), the CLI layer (gpudoctor.cli,
+  (scan, explain, ticket, lint, fleet, patch, and the probe modules), the CLI layer (gpudoctor.cli,
   gpudoctor.entry, gpudoctor.__main__). A module imports its own layer or lower ones, never higher
   (one named exception below, with its reason). The root package `gpudoctor` is the namespace:
   anyone may import it (its `__version__`), and it re-exports `check_module` lazily.
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"gpudoctor": ROOT / "doctor", "gpudoctor.probes": ROOT / "probes", "gpudoctor.reports": ROOT / "reports"}
 
 CLI = ("gpudoctor.cli", "gpudoctor.entry", "gpudoctor.__main__")
-CAPABILITIES = ("scan", "explain", "ticket", "lint", "fleet")
+CAPABILITIES = ("scan", "explain", "ticket", "lint", "fleet", "patch")
 FOUNDATION = ("gpudoctor.knowledge", "gpudoctor.safetext", "gpudoctor.output", "gpudoctor.probes.base")
 LAYERS = ("foundation", "reports", "capability", "cli")
 
@@ -40,9 +40,12 @@ LAYERS = ("foundation", "reports", "capability", "cli")
 CROSS: dict[str, tuple[str, ...]] = {
     "scan": ("gpudoctor.fleet.launch",),  # a scan records the job it ran in (Slurm, torchrun, Ray)
     "explain": (),
-    "ticket": ("gpudoctor.explain.", "gpudoctor.scan.runner"),  # match the output; scan the probes it names
+    # match the output; scan the probes it names; the patch for the user's code
+    "ticket": ("gpudoctor.explain.", "gpudoctor.scan.runner", "gpudoctor.patch."),
     "lint": ("gpudoctor.explain.explanation", "gpudoctor.scan.fatbin"),  # rule pages; arch flags vs binaries
     "fleet": ("gpudoctor.scan.runner", "gpudoctor.scan.environment"),  # one scan per rank or node
+    # lint's public preview of `lint --fix`, its rule table and its fix grades
+    "patch": ("gpudoctor.lint", "gpudoctor.lint.rules", "gpudoctor.lint.model"),
     "probes": ("gpudoctor.scan.fatbin",),  # arch-compat reads the binaries' architectures
 }
 

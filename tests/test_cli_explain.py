@@ -78,7 +78,7 @@ def test_nothing_matched_json_has_empty_matches():
     r = invoke("explain", "--json", "the quick brown fox")
     assert r.exit_code == 1
     assert json.loads(r.stdout) == {"schema_version": EXPLAIN_SCHEMA_VERSION, "verdict": None, "platform": None,
-                                    "unrecognised": None, "matches": [], "entry": None}
+                                    "unrecognised": None, "matches": [], "entry": None, "code_patch": None}
 
 
 def test_unknown_id_like_word_gets_did_you_mean_and_exit_2():

@@ -369,7 +369,8 @@ def test_markdown_report():
 def test_json_1_1_fields():
     matches = tuple(match_text(DSA_LOG))
     data = json.loads(to_json(Explanation(matches, matches[0].entry)))
-    assert data["schema_version"] == "1.2"  # 1.2 adds fields; every 1.1 field is still there
+    assert data["schema_version"] == "1.3"  # 1.2 and 1.3 add fields; every 1.1 field is still there
+    assert data["code_patch"] is None  # 1.3: no traceback naming a file here
     assert data["verdict"]["id"] == "device-side-assert" and data["verdict"]["line"] == 2
     assert data["verdict"]["kind"] == "entry" and data["platform"] is None and data["unrecognised"] is None
     assert data["verdict"]["cause"] and data["verdict"]["quick_fix"]

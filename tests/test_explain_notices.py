@@ -99,7 +99,7 @@ def test_an_mps_out_of_memory_gets_the_mps_advice_not_cudas():
     assert "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in out and "PYTORCH_CUDA_ALLOC_CONF" not in out
     assert "cuda-oom  does not apply on mps" in out
     data = json.loads(invoke("explain", "--format", "json", text).stdout)
-    assert data["schema_version"] == "1.2"
+    assert data["schema_version"] == "1.3"
     assert data["verdict"]["kind"] == "platform" and data["verdict"]["id"] is None
     assert data["verdict"]["platform"] == "mps" and data["entry"] is None
     assert data["platform"]["cuda_entries_apply"] is False and data["platform"]["line"] == 1

@@ -54,12 +54,21 @@ def test_rendering_is_deterministic():
 
 
 def test_the_pictures_show_what_they_say():
-    h100, cpu, explain = (screen_text((ROOT / "docs" / "pictures" / p.name).read_text()) for p in PICTURES)
+    shown = {p.name: screen_text((ROOT / "docs" / "pictures" / p.name).read_text()) for p in PICTURES}
+    h100, cpu, explain = shown["scan-h100.svg"], shown["scan-cpu.svg"], shown["explain.svg"]
     assert h100[0] == h100[-1] == "gpudoctor: healthy" and any("NVIDIA H100 80GB HBM3" in line for line in h100)
     assert cpu[0] == "gpudoctor: healthy, 1 warning: cuda-unavailable"
     assert explain[0] == "misaligned-address"
+    # the patch for the user's own file, under the verdict, with the command that applies it
+    patch, run = shown["explain-patch.svg"], shown["run-patch.svg"]
+    assert patch[0] == "misaligned-address" and "Patch for wan/modules/attention.py  (GPU004" in patch[9]
+    assert "+        N_t, N_h, N_w = (int(v) for v in shape)" in patch
+    assert any(line.startswith("  Apply it: gpudoctor lint --fix --unsafe-fixes --select GPU004 ") for line in patch)
+    assert run[0].startswith("gpudoctor: `python train.py` exited with code 1")
+    assert any(line.startswith("Patch for diffsynth/models/wan_video_dit.py  (GPU011") for line in run)
+    assert any(line.startswith("  Apply it: gpudoctor lint --fix --unsafe-fixes --select GPU011 ") for line in run)
     # Nothing of the machine that made them, and nothing cut: summaries wrap at the width.
-    for lines in (h100, cpu, explain):
+    for lines in shown.values():
         assert all(len(line) <= make_pictures.WIDTH for line in lines)
         assert not any("…" in line for line in lines)
         assert not any(re.search(r"/(root|work|tmp)/", line) for line in lines)

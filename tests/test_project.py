@@ -176,3 +176,14 @@ def test_lint_on_its_own_checkout_prints_nothing(repo_root):
     fixtures = subprocess.run([sys.executable, "-m", "gpudoctor", "lint", "--isolated", "-q", "tests/fixtures/lint_corpus"],
                               cwd=repo_root, capture_output=True, text=True, timeout=600)
     assert fixtures.returncode == 1 and fixtures.stdout.count(" GPU0") > 50
+
+
+def test_every_package_is_in_the_wheel(repo_root):
+    """pyproject.toml lists the packages the wheel holds by name: a package folder missing from
+    the list installs nothing, and the command that imports it fails only once installed (the
+    editable checkout finds every folder)."""
+    from gpudoctor.knowledge.kb import tomllib  # tomli on Python 3.10
+
+    listed = set(tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {"gpudoctor." + p.parent.name for p in (repo_root / "doctor").glob("*/__init__.py")}
+    assert folders | {"gpudoctor", "gpudoctor.probes", "gpudoctor.reports"} == listed

@@ -1,7 +1,8 @@
-"""Rewrite the documentation's generated tables from the code: the knowledge-base index and the
-platform notices in docs/explain.md (`gpudoctor list --markdown`, `platforms_table()`), the probe
-table in docs/scan.md (`probes_table()`, from the probes' specs) and the lint rule table in
-docs/lint.md (`gpudoctor.lint.rules.markdown_table()`), each between its markers.
+"""Rewrite the documentation's generated tables from the code: the knowledge-base index, the
+platform notices and the entries that patch the user's code in docs/explain.md (`gpudoctor list
+--markdown`, `platforms_table()`, `gpudoctor.patch.search.markdown_table()`), the probe table in
+docs/scan.md (`probes_table()`, from the probes' specs) and the lint rule table in docs/lint.md
+(`gpudoctor.lint.rules.markdown_table()`), each between its markers.
 
     python tools/docs_tables.py     # tests/test_project.py, tests/test_explain_notices.py and
                                     # tests/test_lint_rules.py fail when a table is stale
@@ -63,9 +64,16 @@ def rules_table() -> str:
     return markdown_table()
 
 
+def code_patch_table() -> str:
+    from gpudoctor.patch.search import markdown_table
+
+    return markdown_table()
+
+
 # page, marker name, the table's text
 TABLES = (("explain.md", "kb-index", index_table), ("explain.md", "platforms", platforms_table),
-          ("scan.md", "probes", probes_table), ("lint.md", "lint-rules", rules_table))
+          ("explain.md", "code-patch", code_patch_table), ("scan.md", "probes", probes_table),
+          ("lint.md", "lint-rules", rules_table))
 
 
 def rewrite(text: str, marker: str, table: str) -> str:

@@ -1,6 +1,8 @@
 """The documentation's pictures of the terminal, made by gpudoctor itself: each runs a real
 command through the CLI (`gpudoctor report FILE`, `gpudoctor explain -f FILE`) onto a recording
-rich Console and saves what it printed as SVG, rich's own export.
+rich Console and saves what it printed as SVG, rich's own export. A run's diagnosis is shown from
+the record a real `gpudoctor run -o run.json` wrote (docs/examples/), through the renderer `run`
+prints it with, so that the picture needs neither torch nor the run.
 
     python tools/make_pictures.py           # rewrite docs/pictures/*.svg
     python tools/make_pictures.py --check   # exit 1 and name the pictures that are stale
@@ -46,8 +48,10 @@ WIDTH = 100  # columns: wide enough for a summary column, narrow enough to read 
 @dataclass(frozen=True)
 class Picture:
     name: str  # the file in docs/pictures/
-    args: tuple[str, ...]  # gpudoctor's arguments; paths relative to the repository root
+    args: tuple[str, ...]  # gpudoctor's arguments; paths relative to the repository root (or `cwd`)
     alt: str  # what the picture shows, for the page that embeds it
+    cwd: str = ""  # where the command runs, relative to the repository root
+    record: str = ""  # a run record (`gpudoctor run -o`) to show as `run` printed it; `args` are its command
 
     @property
     def title(self) -> str:
@@ -61,6 +65,14 @@ PICTURES_MADE = (
             "gpudoctor's page for a machine without a GPU (torch 2.13.0+cpu): healthy, one warning"),
     Picture("explain.svg", ("explain", "-f", "docs/examples/misaligned-address.txt"),
             "gpudoctor explain naming a pasted CUDA misaligned-address error, its cause and its fix"),
+    Picture("explain-patch.svg", ("explain", "-f", "traceback.txt"),
+            "gpudoctor explain reading a traceback whose files are on this machine: the patch for the user's own file, "
+            "with the line it changes and the command that applies it",
+            cwd="tests/fixtures/patch/multitalk"),
+    Picture("run-patch.svg", ("run", "--", "python", "train.py"),
+            "gpudoctor run on a failing training script: the dtype mismatch, the diff of the module that creates the "
+            "float32 layers, and the lint command that applies it",
+            record="docs/examples/run-dtype-mismatch.json"),
 )
 
 # The identity redaction runs as: a report or a pasted text is redacted the same on every machine.
@@ -68,7 +80,7 @@ _ENVIRON = {"HOME": "/home/alice", "USER": "alice", "LOGNAME": "alice", "LANG": 
 
 
 @contextlib.contextmanager
-def _fixed_machine() -> Iterator[None]:
+def _fixed_machine(where: str = "") -> Iterator[None]:
     from gpudoctor.reports import redact
 
     with contextlib.ExitStack() as stack:
@@ -78,7 +90,7 @@ def _fixed_machine() -> Iterator[None]:
         stack.enter_context(mock.patch.object(redact, "_host", lambda: "gpu-box-17"))
         stack.enter_context(mock.patch.object(redact, "_machine_id", lambda: ""))
         cwd = os.getcwd()
-        os.chdir(ROOT)  # the arguments' paths are the repository's, from any checkout
+        os.chdir(ROOT / where)  # the arguments' paths are the repository's, from any checkout
         try:
             yield
         finally:
@@ -97,12 +109,22 @@ def render(picture: Picture) -> str:
     stderr = io.StringIO()
     # Consoles are made inside the fixed environment too: COLUMNS, NO_COLOR and friends of the
     # machine that makes the picture never reach them.
-    with _fixed_machine(), contextlib.redirect_stderr(stderr):
+    with _fixed_machine(picture.cwd), contextlib.redirect_stderr(stderr):
         console = Console(record=True, file=io.StringIO(), width=WIDTH, height=50, force_terminal=True,
                           color_system="truecolor", no_color=False, highlight=False, legacy_windows=False,
                           emoji=False)
+        if picture.record:
+            import json
+
+            from gpudoctor.ticket import bundle
+
+            bundle.render_text(json.loads((ROOT / picture.record).read_text(encoding="utf-8")), console)
+            code = 0
+        else:
+            code = None
         with mock.patch.object(output, "stdout_console", lambda **_: console):
-            code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
+            if code is None:
+                code = typer.main.get_command(app).main(args=list(picture.args), standalone_mode=False)
         if code not in (0, 1):
             raise SystemExit(f"make_pictures: `{picture.title}` exited {code}: {stderr.getvalue().strip()}")
         svg = offline(as_a_terminal_shows_it(console).export_svg(title=picture.title))

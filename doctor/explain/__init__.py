@@ -12,7 +12,8 @@ in an id, a pasted traceback or a log.
 - `explanation`: the result object and its renderers (text, JSON, Markdown).
 
 May import: the standard library, gpudoctor.knowledge (the entries, their index and predicates),
-gpudoctor.reports.markdown and gpudoctor.safetext. Never gpudoctor.scan, gpudoctor.ticket,
+gpudoctor.reports.markdown, gpudoctor.reports.codepatch (the patch for the user's code, rendered
+under the verdict) and gpudoctor.safetext. Never gpudoctor.scan, gpudoctor.ticket,
 gpudoctor.fleet, gpudoctor.lint, the CLI layer, or torch: `gpudoctor explain` must start fast.
 
 Imported by: the CLI layer, gpudoctor.ticket (a failed command's output is matched as `explain`

@@ -9,7 +9,7 @@ out-of-memory is the caching allocator's, as on CUDA).
 
 The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in docs/explain.md) is
 
-    {"schema_version": "1.2",
+    {"schema_version": "1.3",
      "verdict": {"kind", "id", "title", "cause", "quick_fix", "confidence", "confident", "line",
                  "platform", "error"} | null,
      "platform": {"id", "name", "line", "evidence", "cuda_entries_apply", "summary", "steps",
@@ -18,9 +18,12 @@ The public JSON shape (schema version EXPLAIN_SCHEMA_VERSION, documented in docs
      "matches": [{"id", "title", "confidence", "evidence", "captures", "context_only",
                   "line", "evidence_lines", "decided_by", "against", "consequence_of",
                   "not_on_platform"}, ...],
-     "entry": {...the verdict's full entry, or the entry asked for by id...} | null}
+     "entry": {...the verdict's full entry, or the entry asked for by id...} | null,
+     "code_patch": {...gpudoctor.reports.codepatch's shape...} | null}
 
-with `matches` best first and empty when nothing known matched. 1.2 added `verdict.kind`
+with `matches` best first and empty when nothing known matched. 1.3 added `code_patch`: the patch
+for the user's own files that the traceback names (gpudoctor.reports.codepatch documents its
+shape), null when the verdict is no entry or no frame is the user's code on this machine. 1.2 added `verdict.kind`
 ("entry", "platform", "unrecognised"; `id` is null for the last two), `verdict.confident`,
 `verdict.platform`, `verdict.error`, the `platform` and `unrecognised` objects and each match's
 `not_on_platform`; `verdict` is no longer the best match when a rule demoted it (then `entry` is
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from gpudoctor.explain.matcher import Analysis, Match
     from gpudoctor.explain.notice import PlatformFinding, PrimaryError
 
-EXPLAIN_SCHEMA_VERSION = "1.2"
+EXPLAIN_SCHEMA_VERSION = "1.3"
 CONFIDENT = 0.5  # stated confidence from which a verdict is "confident" (docs/explain.md, reliability)
 _EVIDENCE_CHARS = 400  # one evidence line as printed (the matcher already cut it at words)
 _VERDICT_EVIDENCE = 3
@@ -57,14 +60,16 @@ class Explanation:
     the text comes from and a primary CUDA error no entry explains (module docstring). A plain
     class rather than a dataclass: `explain ID` creates it on every run, and start-up counts."""
 
-    __slots__ = ("matches", "entry", "platform", "unrecognised")
+    __slots__ = ("matches", "entry", "platform", "unrecognised", "code_patch")
 
     def __init__(self, matches: tuple[Match, ...], entry: Entry | None, platform: PlatformFinding | None = None,
-                 unrecognised: PrimaryError | None = None) -> None:
+                 unrecognised: PrimaryError | None = None, code_patch: dict[str, Any] | None = None) -> None:
         self.matches = matches
         self.entry = entry  # the verdict's entry, or the entry named by id
         self.platform = platform
         self.unrecognised = unrecognised
+        # the patch for the user's code from the traceback's local files (gpudoctor.patch), JSON-ready
+        self.code_patch = code_patch
 
     def __repr__(self) -> str:
         return f"Explanation(matches={self.matches!r}, entry={self.entry and self.entry.id!r})"
@@ -88,11 +93,14 @@ class Explanation:
         return None
 
 
-def from_analysis(analysis: Analysis) -> Explanation:
-    """The explanation of a matched text: the verdict's entry when an entry is the answer."""
+def from_analysis(analysis: Analysis, code_patch: dict[str, Any] | None = None) -> Explanation:
+    """The explanation of a matched text: the verdict's entry when an entry is the answer, and
+    the patch for the user's code (`code_patch`, gpudoctor.patch) kept only under an entry
+    verdict: a platform or an unrecognised error has no entry whose rules could check code."""
     verdict = analysis.verdict
     entry = verdict.entry.advised(verdict.captures) if verdict else None  # the fix with the text's versions
-    return Explanation(analysis.matches, entry, analysis.platform, analysis.unrecognised)
+    return Explanation(analysis.matches, entry, analysis.platform, analysis.unrecognised,
+                       code_patch if entry is not None else None)
 
 
 def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
@@ -115,7 +123,8 @@ def redact_explanation(explanation: Explanation, redactor: Any) -> Explanation:
     if unrecognised is not None:
         unrecognised = type(unrecognised)(redactor.text(unrecognised.message), unrecognised.line,
                                           redactor.text(unrecognised.evidence))
-    return Explanation(matches, explanation.entry, platform, unrecognised)
+    code_patch = redactor.value(explanation.code_patch) if explanation.code_patch else explanation.code_patch
+    return Explanation(matches, explanation.entry, platform, unrecognised, code_patch)
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -200,16 +209,25 @@ def _unrecognised_dict(explanation: Explanation) -> dict[str, Any] | None:
             "references": [{"title": r.title, "url": r.url} for r in notice.references]}
 
 
-def to_dict(explanation: Explanation) -> dict[str, Any]:
-    """The public JSON shape of the module docstring."""
+def verdict_parts(explanation: Explanation) -> dict[str, Any]:
+    """`verdict`, `platform` and `unrecognised` of the JSON shape: what was concluded, which `run`
+    records in its diagnosis too (gpudoctor.ticket)."""
     platform = explanation.platform
     return {
-        "schema_version": EXPLAIN_SCHEMA_VERSION,
         "verdict": _verdict(explanation),
         "platform": platform.to_dict(cuda_entries_apply=explanation.entry is not None) if platform else None,
         "unrecognised": _unrecognised_dict(explanation),
+    }
+
+
+def to_dict(explanation: Explanation) -> dict[str, Any]:
+    """The public JSON shape of the module docstring."""
+    return {
+        "schema_version": EXPLAIN_SCHEMA_VERSION,
+        **verdict_parts(explanation),
         "matches": [m.to_dict() for m in explanation.matches],
         "entry": entry_to_dict(explanation.entry) if explanation.entry else None,
+        "code_patch": explanation.code_patch,
     }
 
 
@@ -277,10 +295,11 @@ def _print_unwrapped(console: Console, text: Any) -> None:
 
 
 def render_verdict(matches: tuple[Match, ...], console: Console, platform: PlatformFinding | None = None,
-                   entry: Entry | None = None) -> None:
+                   entry: Entry | None = None, code_patch: dict[str, Any] | None = None) -> None:
     """The best match first (id, confidence and line; its cause, fix and the lines that decided
-    it, the platform when the text names one), then one line for every other match. `entry`: the
-    best match's entry with its advice filled in from the text (`Entry.advised`)."""
+    it, the platform when the text names one; under it the patch for the user's code,
+    gpudoctor.reports.codepatch), then one line for every other match. `entry`: the best match's
+    entry with its advice filled in from the text (`Entry.advised`)."""
     if not matches:
         return
     from rich.text import Text
@@ -309,6 +328,12 @@ def render_verdict(matches: tuple[Match, ...], console: Console, platform: Platf
     if platform is not None:
         _hanging(console, "Platform:", f"{platform.notice.name} ({_at(platform.line)}); this entry applies "
                  "there too, with the platform's own tools (below).", 10, label_style="bold")
+    if code_patch:
+        from gpudoctor.reports import codepatch
+
+        if codepatch.shows(code_patch):
+            console.print()
+            codepatch.render_text(code_patch, console)
     _render_others(matches[1:], console, shown)
 
 
@@ -451,7 +476,7 @@ def render_text(explanation: Explanation, console: Console) -> None:
         render_notice(explanation, console)
         return
     if explanation.entry is not None and explanation.best is not None:
-        render_verdict(explanation.matches, console, explanation.platform, explanation.entry)
+        render_verdict(explanation.matches, console, explanation.platform, explanation.entry, explanation.code_patch)
         console.print()  # the verdict and the full story are two blocks
     if explanation.entry is not None:
         render_entry(explanation.entry, console, explanation.best)
@@ -510,6 +535,11 @@ def render_markdown(explanation: Explanation) -> str:
             p = explanation.platform
             out.append(f"- platform: {md.prose(p.notice.name)} ({_at(p.line)}: {md.text(p.evidence, _EVIDENCE_CHARS)});"
                        " this entry applies there too")
+    if explanation.code_patch:
+        from gpudoctor.reports import codepatch
+
+        patch_lines = codepatch.render_markdown(explanation.code_patch)
+        out += ["", *patch_lines] if patch_lines else []
     out += _others_markdown(explanation.matches[1:], 2)
     out += ["", "### What happened", "", md.prose(entry.what), "", "### Why", ""]
     out += [f"- {md.prose(w)}" for w in entry.why]

@@ -39,6 +39,11 @@ An entry file `<id>.toml` holds:
     context       lines shown when values were captured from the pasted text, with `{name}`
                   placeholders naming a capture (a line whose names were not all captured is
                   left out)
+    lint          the lint rule codes (GPU004, ...) that find this failure's pattern in code: where a
+                  traceback names files on this machine, `explain` and `run` check them with these
+                  rules and print the patch for the user's own file (gpudoctor.patch); default none
+    no_patch      for an entry with rules that only say what to change (display-only fixes): why no
+                  code patch is printed for it, in one or two sentences
     origin        where the knowledge came from (the public case, or the internal case file):
                   provenance for maintainers, never printed
     [[misconceptions]] claim / truth / evidence: a common belief about this error that is wrong
@@ -408,6 +413,8 @@ class Entry:
     patterns: tuple[Pattern, ...]  # hand-written patterns, then one per template
     examples: tuple[Example, ...] = field(default=())
     variants: tuple[Variant, ...] = field(default=())
+    lint: tuple[str, ...] = field(default=())  # lint rule codes that find the pattern in code
+    no_patch: str = ""  # why no code patch applies, for entries whose rules are display-only
 
     def advised(self, captures: dict[str, str]) -> "Entry":
         """The entry with its advice (quick fix, fix steps, patch) filled in from the values a
@@ -565,6 +572,12 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
     if not 0 <= specificity <= 100:
         raise KnowledgeBaseError(f"{where}: specificity must be in 0..100")
     facts = _strings(data, "facts", where, default=[])
+    lint = _strings(data, "lint", where, default=[])
+    if any(not re.match(r"^GPU\d{3}$", code) for code in lint):
+        raise KnowledgeBaseError(f"{where}: field 'lint' must list rule codes such as GPU004")
+    no_patch = data.get("no_patch", "")
+    if not isinstance(no_patch, str):
+        raise KnowledgeBaseError(f"{where}: field 'no_patch' must be a string")
     if facts:
         from gpudoctor.knowledge.predicates import ENTRY_FACTS
 
@@ -616,6 +629,8 @@ def parse_entry(data: dict[str, Any], where: str, *, compile_patterns: bool = Tr
         patterns=tuple(patterns),
         examples=tuple(examples),
         variants=tuple(variants),
+        lint=lint,
+        no_patch=_reflow(no_patch),
     )
 
 

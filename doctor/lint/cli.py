@@ -182,7 +182,7 @@ def _apply_fixes(opts: Options, result, by_path, tasks) -> list[str]:
     for path in sorted({f.path for f in result.findings if fixes.applicable(f, opts.unsafe_fixes)}):
         task, fr = tasks[path], by_path[path]
         try:
-            original, new, count = fixes.fix_file(task, fr, opts.unsafe_fixes)
+            original, new, count = fixes.fix_file(task, fr, opts.unsafe_fixes, fixes.cross_file(result.findings, fr))
             if new == original:
                 continue
             if opts.diff:

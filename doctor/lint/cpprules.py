@@ -976,10 +976,16 @@ EMPTY_SCAN: tuple = ([], [], set(), {}, None)
 MACRO_DEFINITIONS = re.compile(rb"#[ \t]*define[ \t]+([A-Z_][A-Z0-9_]*)\(")
 
 
+# The rules that read extension functions (their checks, reads and bindings): GPU009, and GPU012
+# on the C++ side (which bound functions check their arguments' contiguity).
+EXTENSION_RULES = frozenset({"GPU009", "GPU012"})
+
+
 def applicable(codes: set[str], data: bytes, exhaustive: bool = False) -> set[str]:
-    """The C++ rules that apply to a file: GPU009 reads extension code only (unless `exhaustive`)."""
-    if "GPU009" in codes and not exhaustive and not is_extension_source(data):
-        return codes - {"GPU009"}
+    """The C++ rules that apply to a file: GPU009 and GPU012 read extension code only (unless
+    `exhaustive`)."""
+    if codes & EXTENSION_RULES and not exhaustive and not is_extension_source(data):
+        return codes - EXTENSION_RULES
     return codes
 
 
@@ -1011,7 +1017,7 @@ def scan(path: str, cpp: CppFile, data: bytes, codes: set[str], exhaustive: bool
     facts = None
     if "GPU010" in codes:
         findings += cppalloc.allocator_findings(path, cpp)
-    if "GPU009" in codes:
+    if codes & EXTENSION_RULES:
         binds = bindings(cpp)
         # every function with parameters: one that checks nothing decides too (a helper called
         # check_cuda(x) that reads only the device is not judged by its name)
@@ -1020,3 +1026,28 @@ def scan(path: str, cpp: CppFile, data: bytes, codes: set[str], exhaustive: bool
         aliases = binds.names
         facts = file_facts(cpp)
     return findings, summaries, bound, aliases, facts
+
+
+def checking_bindings(summaries: list[FuncSummary], bound: set[str], aliases: dict[str, str]) -> dict[str, list]:
+    """GPU012's C++ side: Python name of a binding -> the tensor arguments its function checks to
+    be contiguous (after `resolve_checks`: by itself, a macro or a helper), as pycontig.Check. A
+    name bound to several overloads checks what every one of them checks."""
+    from gpudoctor.lint.pycontig import Check
+
+    by_name: dict[str, list[FuncSummary]] = {}
+    for s in summaries:
+        if s.name in bound:
+            by_name.setdefault(s.name, []).append(s)
+    out: dict[str, list] = {}
+    for py, cxx in aliases.items():
+        found = by_name.get(cxx)
+        if not found or len({len(s.params) for s in found}) != 1:
+            continue
+        checked = [i for i in range(len(found[0].params))
+                   if all(i < len(s.contig) and s.contig[i] and s.tensor[i] for s in found)]
+        if checked:
+            s = found[0]
+            out[py] = [Check(i, s.params[i], f"is bound to the extension's C++ function {s.shown or s.name + '()'} "
+                                             f"({s.path}), which checks that `{s.params[i]}` is contiguous", (s.path, 0))
+                       for i in checked]
+    return out

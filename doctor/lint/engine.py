@@ -408,7 +408,7 @@ def _lint_file(task: Task) -> FileResult:
         wanted = [r for r in wanted if r.code != "GPU009"]
     seen: dict = {}  # substrings and patterns found, shared by the rules' prefilters
     codes = {r.code for r in wanted if task.exhaustive or task.unfiltered or r.wants(data, seen)}
-    if task.kind == rules.CPP and "GPU009" in task.codes and b"define" in data:
+    if task.kind == rules.CPP and ("GPU009" in task.codes or "GPU012" in task.codes) and b"define" in data:
         from gpudoctor.lint.cpprules import MACRO_DEFINITIONS
 
         result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
@@ -606,13 +606,23 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     rule's cross-file findings only)."""
     out: list[Finding] = []
     failed: list[InternalError] = []
+    checking: dict[str, Any] = {}  # GPU012: Python name of a binding -> the arguments its C++ function checks
+    # the Python files by the names they call: read once (when GPU009 or GPU012 first needs it)
+    calling = _CallIndex(sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON))
     try:
-        out += _cpp_cross_file(by_path, tasks)
+        out += _cpp_cross_file(by_path, tasks, checking, calling)
     except (RecursionError, MemoryError) as exc:
         failed.append(InternalError(None, "GPU009", f"the project is too large or too deeply nested to follow "
                                                     f"({type(exc).__name__})"))
     except Exception as exc:  # noqa: BLE001
         failed.append(InternalError(None, "GPU009", _describe(exc)))
+    try:
+        out += _contig_cross_file(by_path, tasks, checking, calling)
+    except (RecursionError, MemoryError) as exc:
+        failed.append(InternalError(None, "GPU012", f"the project is too large or too deeply nested to follow "
+                                                    f"({type(exc).__name__})"))
+    except Exception as exc:  # noqa: BLE001
+        failed.append(InternalError(None, "GPU012", _describe(exc)))
     try:
         out += _python_cross_file(by_path, tasks, failed)
     except (RecursionError, MemoryError) as exc:
@@ -623,7 +633,10 @@ def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple
     return out, failed
 
 
-def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> list[Finding]:
+def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
+                    calling: "_CallIndex") -> list[Finding]:
+    """GPU009's findings; and, for GPU012, `checking` filled with the bindings whose C++
+    function checks an argument's contiguity (Python name -> pycontig.Check list)."""
     out: list[Finding] = []
     summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
     if summaries:
@@ -637,35 +650,14 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
                 defines.setdefault(name, []).append(path)
         cpprules.resolve_checks(summaries, facts, cpp_paths, defines=defines)
         bound = {name for fr in by_path.values() for name in fr.cpp_bound}
-        unprotected = cpprules.resolve_data_ptr(summaries, bound)
         aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}
+        if any("GPU012" in tasks[p].codes for p in tasks if tasks[p].kind == rules.PYTHON):
+            checking.update(cpprules.checking_bindings(summaries, bound, aliases))
+        summaries = [s for s in summaries if s.path in tasks and "GPU009" in tasks[s.path].codes]
+        unprotected = cpprules.resolve_data_ptr(summaries, bound) if summaries else []
         if unprotected and aliases:
             # the entry points' own Python callers: read (in the parent) only the Python files
             # that mention a binding's name followed by "(", and only when a read is unprotected
-            python_paths = sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON)
-            loaded: dict[str, Any] = {}
-            called_in: dict[str, list[str]] = {}  # a name followed by "(" -> the Python files that have it
-
-            def calling(names) -> list[Any]:
-                """The project's Python files that call one of these names (each file read once
-                for an index of the names it calls, parsed once when needed)."""
-                if not called_in:
-                    for path in python_paths:
-                        try:
-                            with open(path, "rb") as fh:
-                                data = fh.read(MAX_BYTES)
-                        except OSError:
-                            continue
-                        for name in set(_CALLED.findall(data)):
-                            called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
-                out = []
-                for path in sorted({p for n in names for p in called_in.get(n, ())}):
-                    if path not in loaded:
-                        loaded[path] = _load_python(path)
-                    if loaded[path] is not None:
-                        out.append(loaded[path])
-                return out
-
             sources = calling(aliases)
             try:
                 calls = pycallers.python_calls(sources, aliases, calling) if sources else {}
@@ -677,6 +669,79 @@ def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> l
             f = cpprules.data_ptr_finding(s, i, call)
             if not suppressed(f, by_path[s.path].suppress):
                 out.append(f)
+    return out
+
+
+class _CallIndex:
+    """The project's Python files that call one of some names (`name(` in their bytes): each
+    file is read once for an index of the names it calls, and parsed once when first needed
+    (`loaded`, path -> PySource or None)."""
+
+    def __init__(self, paths: list[str], loaded: dict[str, Any] | None = None) -> None:
+        self.paths = paths
+        self.loaded: dict[str, Any] = {} if loaded is None else loaded
+        self.called_in: dict[str, list[str]] | None = None
+
+    def load(self, path: str) -> Any:
+        if path not in self.loaded:
+            self.loaded[path] = _load_python(path)
+        return self.loaded[path]
+
+    def __call__(self, names: Any) -> list[Any]:
+        if self.called_in is None:
+            self.called_in = {}
+            for path in self.paths:
+                data = self._read(path)
+                for name in set(_CALLED.findall(data)) if data else ():
+                    self.called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
+        paths = sorted({p for n in names for p in self.called_in.get(n, ())})
+        return [src for src in (self.load(p) for p in paths) if src is not None]
+
+    def few(self, names: set[str]) -> list[Any]:
+        """The same for a few names, without the index (a substring test per name and file, and
+        one search in the files that have one; much cheaper than indexing every name a file
+        calls) unless the index was already built."""
+        if self.called_in is not None or not names:
+            return self(names)
+        spelt = [n.encode() for n in sorted(names)]
+        pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n) for n in spelt))
+        paths = [p for p in self.paths
+                 if (data := self._read(p)) and any(n in data for n in spelt) and pattern.search(data)]
+        return [src for src in (self.load(p) for p in paths) if src is not None]
+
+    @staticmethod
+    def _read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read(MAX_BYTES)
+        except OSError:
+            return b""
+
+
+def _contig_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
+                       calling: "_CallIndex") -> list[Finding]:
+    """GPU012 (gpudoctor.lint.pycontig): the calls that pass a strided view to a function or a
+    binding that checks its layout. Nothing is read unless a linted file has a function that
+    checks (its worker says so) or a binding's C++ function checks; then the Python files that
+    call those names (an index of the names each linted Python file calls, read once) are parsed,
+    and the callers of the wrappers among them."""
+    checkers = {path: fr.facts.contig_checkers for path, fr in by_path.items()
+                if fr.facts is not None and getattr(fr.facts, "contig_checkers", ())}
+    if not checkers and not checking:
+        return []
+    from gpudoctor.lint import pycontig
+
+    out = []
+    for f in pycontig.resolve(checkers, calling.load, calling.few, checking, lambda p: p):
+        if "GPU012" not in tasks[f.path].codes:
+            continue  # a caller in a file the configuration leaves GPU012 out of
+        fr = by_path.get(f.path)
+        table = fr.suppress if fr is not None else {}
+        src = calling.loaded.get(f.path)
+        if not table and src is not None and "gpudoctor:" in src.text:  # a file no worker parsed
+            table = _suppressions(src.text, rules.PYTHON)
+        if not suppressed(f, table):
+            out.append(f)
     return out
 
 

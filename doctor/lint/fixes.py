@@ -72,15 +72,28 @@ def _verify(task: engine.Task, text: str) -> None:
             raise FixError(f"the fixed text would not parse ({exc}); file left unchanged") from None
 
 
-def fix_file(task: engine.Task, result: engine.FileResult, unsafe: bool) -> tuple[str, str, int]:
-    """(original text, fixed text, findings fixed) for one file; raises FixError."""
+def cross_file(findings: list[Finding], result: engine.FileResult) -> list[Finding]:
+    """The findings of one file that the cross-file step added (a tensor of sizes handed over by
+    another module, a late method another module calls after a cast): `fix_file` applies them with
+    the file's own; a re-lint of the file alone could not find them again."""
+    own = set(result.findings)
+    return [f for f in findings if f.path == result.path and f not in own]
+
+
+def fix_file(task: engine.Task, result: engine.FileResult, unsafe: bool,
+             extra: list[Finding] | tuple[Finding, ...] = ()) -> tuple[str, str, int]:
+    """(original text, fixed text, findings fixed) for one file, with `extra` findings of it from
+    the cross-file step (`cross_file`); raises FixError."""
     with open(task.path, "rb") as f:
         data = f.read(engine.MAX_BYTES + 1)
-    if result.digest is None or hashlib.sha256(data).hexdigest() != result.digest:
+    extra = [f for f in extra if applicable(f, unsafe)]
+    # A file with only cross-file fixes was read by the project pass, which keeps no digest.
+    if (result.digest is None and not extra) or \
+            (result.digest is not None and hashlib.sha256(data).hexdigest() != result.digest):
         raise FixError("changed since it was linted; not fixed")
     original = engine._decode(data, task.kind)
     text = original
-    findings = [f for f in result.findings if applicable(f, unsafe)]
+    findings = [f for f in result.findings if applicable(f, unsafe)] + extra
     fixed = 0
     for _ in range(MAX_ROUNDS):
         if not findings:

@@ -13,8 +13,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from gpudoctor.lint import autofix
 from gpudoctor.lint.castflow import CASTS, NEVER_LATE, Cast, Scan, receiver
-from gpudoctor.lint.model import DISPLAY_ONLY, Finding, Fix
+from gpudoctor.lint.model import Finding
 from gpudoctor.lint.pysource import PySource, call_name, dotted, finding, kwarg, walk
 
 if TYPE_CHECKING:
@@ -369,8 +370,9 @@ def _created_in(src: PySource, m: ast.AST, local, methods: dict[str, ast.AST] | 
             f"{key} is {what} created in float32 in {where} and never converted; {{caller}}: float32 "
             f"weights meeting the cast model's activations fail with 'mat1 and mat2 must have the same dtype'; "
             f"create it with dtype=/device= of the existing weights or convert it at the end of {late}()"),
-            Fix(DISPLAY_ONLY, f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
-                if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
+            autofix.late_module(src, m, s, value, is_param,  # the conversion, where the method's shape allows one
+                                f"{key} = {key}.to(dtype=ref.dtype, device=ref.device) with ref = next(self.parameters())"
+                                if not is_param else f"{key}.data = {key}.data.to(dtype=ref.dtype, device=ref.device)"))
         out.append((f, foreign, key))
     return out
 

@@ -71,6 +71,9 @@ class Facts:
     returns_probs: set[str] = field(default_factory=set)
     returns_scores: set[str] = field(default_factory=set)
     cond_attention: list[tuple[str, str, Finding]] = field(default_factory=list)
+    # GPU012: the file's module-level functions that check a parameter's contiguity
+    # (gpudoctor.lint.pycontig); the cross-file step reads their callers
+    contig_checkers: tuple[str, ...] = ()
 
 
 def _short(src: PySource, node: ast.AST, limit: int = 60) -> str:
@@ -94,6 +97,10 @@ def check(src: PySource, codes: set[str], facts: Facts, every_function: bool = F
         out += _xformers(src)
     if "GPU011" in codes:
         out += latemodules.module_after_cast(src, facts)
+    if "GPU012" in codes:
+        from gpudoctor.lint import pycontig
+
+        facts.contig_checkers = pycontig.checking_functions(src)
     return out
 
 
@@ -457,8 +464,10 @@ def _shape_tensor_finding(src: PySource, ev: ShapeTensorEvent, origin: str | Non
     message = (f"`{tensor}` is {origin}: the values taken from it here are 0-d tensors, so `{use}`{where} runs tensor "
                f"ops (on CUDA a kernel each, and int() synchronises, which is where an earlier asynchronous error "
                f"such as 'misaligned address' gets reported); pass Python ints there (.tolist()) or convert here")
-    return finding(src, ev.unpacked, "GPU004", message,
-                    Fix(DISPLAY_ONLY, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
+    from gpudoctor.lint import autofix  # the conversion at the binding, where its shape allows one
+
+    return finding(src, ev.unpacked, "GPU004", message, autofix.shape_values(
+        src, ev.unpacked, "pass .tolist() where the tensor of sizes is handed on, or convert it here"))
 
 
 def _shape_arg_finding(src: PySource, ev: ShapeArgEvent) -> Finding:

@@ -259,7 +259,9 @@ RULES: tuple[Rule, ...] = (
                  "N_t, N_h, N_w = grid_sizes[0]\nexpected_tokens = int(N_t * N_h * N_w)"),
         fix="N_t, N_h, N_w = grid_sizes[0].tolist()   # Python ints\nexpected_tokens = N_t * N_h * N_w",
         fix_safety=(
-            "unsafe: .tolist() gives Python numbers; code that later needs the values as tensors (a "
+            "unsafe: the values become Python numbers (.tolist() where the tensor is unpacked; where "
+            "another module passes it, `N_t, N_h, N_w = (int(v) for v in shape)` at the binding, which "
+            "also accepts the ints other callers pass); code that later needs the values as tensors (a "
             "torch op on them, .item(), .to()) would change, so check the uses. Re-run with "
             "CUDA_LAUNCH_BLOCKING=1 to find the kernel that really failed."
         ),
@@ -546,8 +548,16 @@ RULES: tuple[Rule, ...] = (
             "BFloat16 and Float."
         ),
         example="model.to(torch.bfloat16)\nmodel.head = nn.Linear(1024, 10)",
-        fix="model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists",
-        fix_safety="display-only: the right dtype and device are those of the model the module joins (ref = next(model.parameters())).",
+        fix=("model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists\n"
+             "# in a late method: ref_param = next(self.parameters()) first, then\n"
+             "self.head = Head(dim).to(device=ref_param.device, dtype=ref_param.dtype)"),
+        fix_safety=(
+            "unsafe: in a late method, its first line takes the weights the model already has (ref_param = "
+            "next(self.parameters())) and each module it creates is converted to their dtype and device, a "
+            "parameter's data inside nn.Parameter(...); new weights are rounded to the model's precision, and "
+            "a model without parameters has no reference. Display-only elsewhere: the right dtype and device "
+            "are those of the model the module joins."
+        ),
         near_misses=(
             "Modules converted later with module.to(...) (in place, or item by item: "
             "self.blocks[i] = block.to(...)), Parameters converted through .data, classes that cast their "
@@ -555,6 +565,45 @@ RULES: tuple[Rule, ...] = (
             "fires), classes without weights, objects reassigned to something else after the cast, "
             "modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
             "modules converted later in the same function, and casts to float32 do not fire."
+        ),
+    ),
+    Rule(
+        code="GPU012",
+        name="strided-into-checking-kernel",
+        kb_id="noncontiguous-kernel-input",
+        title="a transposed or permuted view is passed to a kernel that checks that its input is contiguous",
+        # Python: the functions that check (their callers are read by the cross-file step); C++:
+        # the extension functions whose checks decide (GPU009's reading: bindings, macros, helpers)
+        kinds=(PYTHON, CPP),
+        prefilter=((b"is_contiguous", b"PYBIND11_MODULE", b"TORCH_LIBRARY", b"CHECK_"),),
+        what=(
+            "A call passes a strided view (x.transpose(...), .permute(...), .t(), .T, .mT, .movedim(...), "
+            ".swapaxes(...), made at the call or assigned to the name it passes in straight-line code, and "
+            "kept through .to() / .float() / .clone() and the like) to a kernel that checks that argument's "
+            "contiguity: a Python function of the project that asserts it (assert x.is_contiguous(), "
+            "if not x.is_contiguous(): raise, as Triton launchers do), a C++ extension function bound for "
+            "Python that checks it (TORCH_CHECK(x.is_contiguous()), CHECK_INPUT; read as GPU009 reads it), "
+            "or a function that hands the parameter on unchanged to one of those. Reported at the argument."
+        ),
+        why=(
+            "A view made by a transpose or permute shares the storage with other strides, so it is not "
+            "contiguous, and the kernel refuses it where it checks: AssertionError, 'x must be contiguous', "
+            "'Expected x.is_contiguous() to be true'. The traceback ends inside the kernel's wrapper; the "
+            "argument to change is at the call."
+        ),
+        example=("def fwd(x):\n    assert x.is_contiguous()\n    return _launch(x)\n\n"
+                 "y = fwd(h.transpose(1, 2))"),
+        fix="y = fwd(h.transpose(1, 2).contiguous())",
+        fix_safety=(
+            "unsafe: .contiguous() copies a strided view, so a kernel that writes into that argument "
+            "(an output buffer passed in) writes into the copy; for inputs it is what the kernel asked for."
+        ),
+        near_misses=(
+            "Views made contiguous (.contiguous(), memory_format=), identity transposes and permutes, "
+            "names assigned in a branch or a loop on the way to the call, parameters, unpacked iterables, "
+            "kernels that copy (x = x.contiguous()) or read strides instead of checking, checks after the "
+            "parameter was rebound, methods and autograd.Function.apply, and library functions "
+            "(torch, numpy, einops) do not fire."
         ),
     ),
 )

@@ -12,7 +12,8 @@ and `gpudoctor diff`.
 
 May import: the standard library, gpudoctor.explain (matcher, explanation), gpudoctor.knowledge,
 gpudoctor.reports, gpudoctor.probes (the registry), gpudoctor.scan.runner (the probes a failure
-points at), gpudoctor.output and gpudoctor.safetext. Never gpudoctor.scan.worker, the CLI layer,
+points at), gpudoctor.patch (the patch for the user's code the traceback names), gpudoctor.output
+and gpudoctor.safetext. Never gpudoctor.scan.worker, the CLI layer,
 or torch.
 
 Imported by: the CLI layer (gpudoctor.cli registers `command`). Importing this package does

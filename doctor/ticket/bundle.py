@@ -6,6 +6,7 @@
                             CUDA_LAUNCH_BLOCKING=1 and TORCH_SHOW_CPP_STACKTRACES=1, and the line
                             and operator that really failed beside the line the first run blamed
     scan_probes(...)        the probes the explanation points at (`Entry.probes`)
+    code_patch(...)         the patch for the user's own files the traceback names (gpudoctor.patch)
     build_ticket(...)       all of it as one JSON-ready dict (`RUN_SCHEMA_VERSION`), redacted
     render_markdown/...     the ticket as `ticket.md` (under `MAX_TICKET_CHARS`), as terminal text
     write_bundle(...)       the bundle folder, never overwriting anything the user had
@@ -42,8 +43,13 @@ if TYPE_CHECKING:
     from gpudoctor.ticket.runcmd import RunResult
 
 # 1.1: diagnosis.lines_in; matches carry explain's 1.1 fields (line, ...). 1.2: diagnosis.steps, the
-# fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them.
-RUN_SCHEMA_VERSION = "1.2"
+# fix for this machine from the bundle's scan (a finding's `steps`), when the scan has them. 1.3:
+# diagnosis.code_patch, the patch for the user's code (gpudoctor.reports.codepatch), or null; and
+# explain's verdict: diagnosis.verdict (kind "entry", "platform" or "unrecognised"),
+# diagnosis.platform and diagnosis.unrecognised as in explain's JSON 1.2, and diagnosis.entry is
+# the verdict's entry (null under a platform or unrecognised verdict; it was the best match's).
+RUN_SCHEMA_VERSION = "1.3"
+PATCH_TIME_S = 10.0  # the check of the user's code behind a failure
 MAX_TICKET_CHARS = 65_000  # GitHub and GitLab refuse an issue body of 65,536 characters or more
 LOCALIZE_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
 # Knowledge-base ids of the CUDA errors that surface at a later API call than the one that caused
@@ -85,12 +91,38 @@ def clean_log(text: str) -> str:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """The matches in the output, the failure's traceback, and `explain`'s reading of the same
+    text (`explained`: gpudoctor.explain.explanation.Explanation, from the matcher's Analysis):
+    the verdict is an entry (with the versions the output names filled into its fix), the
+    platform the output comes from, or a CUDA error no entry explains, as `explain` says."""
+
     matches: tuple["Match", ...]
     traceback: pytrace.Traceback | None
+    explanation: Any = None  # built from `matches` alone when not given (tests, an interrupted run)
+
+    @property
+    def explained(self) -> Any:
+        if self.explanation is not None:
+            return self.explanation
+        from gpudoctor.explain.explanation import Explanation
+
+        best = self.best
+        return Explanation(self.matches, best.entry if best is not None and not best.context_only else None)
 
     @property
     def best(self) -> "Match | None":
         return self.matches[0] if self.matches else None
+
+    @property
+    def kind(self) -> str | None:
+        """"entry", "platform", "unrecognised", or None: `explain`'s kinds of verdict."""
+        return self.explained.kind
+
+    @property
+    def entry(self) -> "Entry | None":
+        """The verdict's entry (None when the verdict is a platform, an unrecognised CUDA error, or
+        nothing)."""
+        return self.explained.entry
 
     @property
     def frame(self) -> pytrace.Frame | None:
@@ -98,8 +130,10 @@ class Diagnosis:
 
     @property
     def specific(self) -> bool:
-        """Whether something more than generic context (the async trailer alone) was recognised."""
-        return any(not m.context_only and not m.entry.generic for m in self.matches)
+        """Whether something more than generic context (the async trailer alone) was recognised:
+        a specific entry, the platform, or a CUDA error no entry explains."""
+        return any(not m.context_only and not m.entry.generic for m in self.matches) or \
+            self.kind in ("platform", "unrecognised")
 
 
 def _line_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
@@ -115,17 +149,45 @@ def _line_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
 
 
 def diagnose(text: str, match: Callable[[Iterable[str]], list] | None = None) -> Diagnosis:
-    """The known failures in `text`, best first, and the traceback of the failure."""
+    """The known failures in `text`, best first, the traceback of the failure, and the verdict
+    `explain` reaches on the same text (its analysis: an entry, a platform, an unrecognised CUDA
+    error). `match`: another matcher returning ranked matches (tests), read as entries only."""
+    explanation = None
     if match is None:
-        from gpudoctor.explain.matcher import match_chunks as match
-    matches = tuple(match(_line_chunks(text)))
+        from gpudoctor.explain.explanation import from_analysis
+        from gpudoctor.explain.matcher import analyse_chunks
+
+        explanation = from_analysis(analyse_chunks(_line_chunks(text)))
+        matches = tuple(explanation.matches)
+    else:
+        matches = tuple(match(_line_chunks(text)))
     hints = tuple(matches[0].evidence) if matches else ()
     tb = pytrace.failing_traceback(pytrace.parse_tracebacks(text), hints)
-    return Diagnosis(matches, tb)
+    return Diagnosis(matches, tb, explanation)
 
 
 def is_asynchronous(diagnosis: Diagnosis) -> bool:
     return any(m.id in ASYNC_IDS for m in diagnosis.matches)
+
+
+def code_patch(diagnosis: Diagnosis, cwd: str | None = None, time_limit: float = PATCH_TIME_S) -> dict[str, Any] | None:
+    """The patch for the user's own files that the failure's traceback names, checked with the
+    diagnosed entry's lint rules (gpudoctor.patch: bounded in files and time, never writes); None
+    when nothing was recognised or no frame is the user's code on this machine. Lint is imported
+    only when one is."""
+    # only under an entry verdict: a platform or an unrecognised CUDA error has no entry whose
+    # rules could check the code
+    if diagnosis.kind != "entry" or diagnosis.explained.best is None or diagnosis.traceback is None:
+        return None
+    from gpudoctor.patch.locate import user_sites
+
+    sites = user_sites(diagnosis.traceback.frames, cwd)
+    if not sites:
+        return None
+    from gpudoctor.patch.search import find_patches
+
+    return find_patches(diagnosis.entry, sites, cwd=cwd, asynchronous=is_asynchronous(diagnosis),
+                        time_limit=time_limit)
 
 
 # --- localizing an asynchronous failure ----------------------------------------------------------
@@ -309,12 +371,17 @@ def entry_brief(entry: "Entry") -> dict[str, Any]:
 
 
 def _diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
-    best = d.best
+    from gpudoctor.explain.explanation import verdict_parts
+
+    entry = d.entry
     return {
+        # explain's verdict (kind entry, platform or unrecognised), the platform and the CUDA
+        # error no entry explains, in explain's JSON shape
+        **verdict_parts(d.explained),
         # Each match's `line` and `evidence_lines` count lines of the output the matcher read:
         # output.log for the run itself (see `lines_in`).
         "matches": [m.to_dict() for m in d.matches],
-        "entry": entry_brief(best.entry) if best is not None else None,
+        "entry": entry_brief(entry) if entry is not None else None,
         "traceback": d.traceback.to_dict() if d.traceback else None,
     }
 
@@ -331,9 +398,11 @@ def build_ticket(
     created: str | None = None,
     tool_version: str | None = None,
     cwd: str | None = None,
+    code_patch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything about the run as one JSON-ready dict, redacted with `redactor` (a
-    `gpudoctor.reports.redact.Redactor`; None keeps everything as it was)."""
+    `gpudoctor.reports.redact.Redactor`; None keeps everything as it was). `code_patch`: the
+    patch for the user's code (`code_patch(diagnosis)`), redacted with the rest."""
     import gpudoctor
 
     if tool_version is None:
@@ -375,7 +444,7 @@ def build_ticket(
         # lines_in: what the matches' line numbers count: the run's output (output.log in the
         # bundle, `output.log` here), or the synchronous re-run's, which is not kept.
         "diagnosis": dict(_diagnosis_dict(shown), source=source,
-                          lines_in="output.log" if source == "run" else "synchronous re-run"),
+                          lines_in="output.log" if source == "run" else "synchronous re-run", code_patch=code_patch),
         "localization": localization.to_dict() if localization is not None else None,
         "scan": {"probes": [], "error": None, "report": None},
     }
@@ -479,20 +548,32 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
     matches = diag.get("matches") or []
     cmd = ticket["command"]["line"]
     exit_ = ticket["exit"]
-    head = [f"### {md.code_span(cmd)} fails" + (f": {md.prose(entry['title'])}" if entry else "")]
+    verdict = diag.get("verdict") or {}
+    notice, notice_kind = _notice_of(diag)
+    title = md.prose(entry["title"]) if entry else md.text(verdict.get("title") or "") if notice is not None else ""
+    head = [f"### {md.code_span(cmd)} fails" + (f": {title}" if title else "")]
     head += ["", f"{md.code_span(cmd)} {exit_['how']} after {exit_['duration_s']:.1f} s"
              + (" (interrupted)" if exit_.get("interrupted") else "") + "."]
     body: list[str] = []
     best = matches[0] if matches else {}
+    via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
     if entry:
-        conf = f"{best.get('confidence', 0):.0%}" if best else ""
-        via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
+        confidence = verdict.get("confidence") if verdict.get("confidence") is not None else best.get("confidence", 0)
+        conf = f"{confidence:.0%}" if best else ""
         body += ["", f"**Diagnosis**{via}: `{entry['id']}` ({conf}): {md.prose(entry['title'])}", "",
                  md.prose(entry["what"])]
+        if diag.get("platform"):
+            p = diag["platform"]
+            body += ["", f"**Platform**: {md.prose(p.get('name') or '')}{_at_line(p)}: {md.code_span(p.get('evidence') or '')}; "
+                         "this entry applies there too."]
+    elif notice is not None:
+        body += ["", f"**Diagnosis**{via}: {title}", "", md.prose(str(notice.get("summary") or "")), "",
+                 f"- {'line ' + str(notice['line']) if notice.get('line') else 'in the output'}: "
+                 f"{md.code_span(notice.get('evidence') or '')}"]
     else:
         body += ["", "**Diagnosis**: no known failure was recognised in the output."]
     tb = diag.get("traceback")
-    where = _where_md(best, tb, diag)
+    where = _where_md(best if entry else {}, tb, diag)
     if where:
         body += ["", f"**Where**: {where}"]
 
@@ -521,6 +602,10 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         body += ["", "#### Error", "", md.fence("\n".join(lines[-_ERROR_LINES:]), "text")]
     elif matches:
         body += ["", "#### Error", "", md.fence("\n".join(visible(e, _LINE_CHARS) for e in matches[0].get("evidence", [])), "text")]
+    from gpudoctor.reports import codepatch
+
+    patch_lines = codepatch.render_markdown(diag.get("code_patch"), "####")
+    body += ["", *patch_lines] if patch_lines else []
 
     if entry:
         # The steps for this machine (from the bundle's scan) replace the entry's list and patch,
@@ -536,12 +621,25 @@ def render_markdown(ticket: dict[str, Any], *, limit: int = MAX_TICKET_CHARS) ->
         if refs:
             body += ["", "References: " + "; ".join(f"[{md.prose(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
         body += ["", f"{'Every cause and fix' if steps else 'More'}: `gpudoctor explain {entry['id']}`"]
-    if len(matches) > 1:
+        if diag.get("platform"):
+            p = diag["platform"]
+            body += ["", f"#### On {md.prose(p.get('name') or '')}", "", md.prose(str(p.get("summary") or "")), ""]
+            body += [f"{i}. {md.prose(step)}" for i, step in enumerate(p.get("steps") or [], 1)]
+    elif notice is not None:
+        body += ["", "#### What applies" if notice_kind == "platform" else "#### First steps", ""]
+        body += [f"{i}. {md.prose(step)}" for i, step in enumerate(notice.get("steps") or [], 1)]
+        refs = notice.get("references") or []
+        if refs:
+            body += ["", "References: " + "; ".join(f"[{md.prose(r['title']).replace(']', ')')}](<{r['url']}>)" for r in refs)]
+    others = matches[1:8] if entry else matches[:7]
+    if others:
         body += ["", "#### Also recognised in the output", "", f"| id | confidence | {_lines_label(diag)} | evidence |",
                  "|---|---:|---:|---|"]
-        for m in matches[1:8]:
+        for m in others:
             ev = (m.get("evidence") or [""])[0]
             note = " (context)" if m.get("context_only") else ""
+            if m.get("not_on_platform"):
+                note = f" (does not apply on {m['not_on_platform']})"
             if m.get("consequence_of"):
                 note = f" (after `{m['consequence_of'].get('id')}`)"
             body.append(f"| `{m['id']}` | {m.get('confidence', 0):.0%}{note} | {m.get('line') or ''} | {md.code_span(ev, table=True)} |")
@@ -637,15 +735,27 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
     entry = diag.get("entry")
     matches = diag.get("matches") or []
     exit_ = ticket["exit"]
+    verdict = diag.get("verdict") or {}
+    notice, notice_kind = _notice_of(diag)
+    via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
     say(f"gpudoctor: `{ticket['command']['line']}` {exit_['how']} after {exit_['duration_s']:.1f} s", "bold")
     if entry:
         best = matches[0] if matches else {}
-        via = " (from the synchronous re-run)" if diag.get("source") == "synchronous re-run" else ""
-        say(f"gpudoctor: {entry['id']} ({best.get('confidence', 0):.0%}){via}: {entry['title']}", "bold red")
+        confidence = verdict.get("confidence") if verdict.get("confidence") is not None else best.get("confidence", 0)
+        say(f"gpudoctor: {entry['id']} ({confidence:.0%}){via}: {entry['title']}", "bold red")
         lines = best.get("evidence_lines") or []
         for n, line in enumerate((best.get("evidence") or [])[:3]):
             at = lines[n] if n < len(lines) else None
             say(f"| {line}" + (f"  (line {at} of the output)" if at else ""), indent=2)
+        platform = diag.get("platform")
+        if platform:
+            say(f"on {platform.get('name')}{_at_line(platform)}: this entry applies there too, with the platform's "
+                "own tools (below)", indent=2)
+    elif notice is not None:
+        say(f"gpudoctor: {verdict.get('title') or notice_kind}{via}", "bold red")
+        say(f"| {notice.get('evidence', '')}" + (f"  (line {notice['line']} of the output)" if notice.get("line") else ""),
+            indent=2)
+        say(str(notice.get("summary") or ""), indent=2)
     elif exit_.get("interrupted"):
         say("gpudoctor: interrupted; no known failure recognised in the output", "bold")
     else:
@@ -661,6 +771,10 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
         if loc.get("real") and loc["verdict"] == "moved":
             f = loc["real"]
             say(f"really failed at {f['file']}:{f['line']}" + (f": {f['code']}" if f.get("code") else ""), indent=4)
+    from gpudoctor.reports import codepatch
+
+    if codepatch.shows(diag.get("code_patch")):
+        codepatch.render_text(diag["code_patch"], console)
     if entry:
         if verbose:
             say(entry["what"], indent=2)
@@ -673,12 +787,43 @@ def render_text(ticket: dict[str, Any], console: "Console", *, verbose: bool = F
             for line in entry["patch"].split("\n"):
                 say(line, indent=4)
         say(f"{'Every cause and fix' if steps else 'More'}: gpudoctor explain {entry['id']}", "dim", indent=2)
-    others = [m for m in matches[1:6]]
+        platform = diag.get("platform")
+        if platform:
+            say(f"On {platform.get('name')}:", "bold", indent=2)
+            for i, step in enumerate(platform.get("steps") or [], 1):
+                say(f"{i}. {step}", indent=4)
+    elif notice is not None:
+        say("What applies:" if notice_kind == "platform" else "First steps:", "bold", indent=2)
+        for i, step in enumerate(notice.get("steps") or [], 1):
+            say(f"{i}. {step}", indent=4)
+        for ref in notice.get("references") or []:
+            say(f"{ref.get('title')}: {ref.get('url')}", "dim", indent=2)
+    others = [m for m in (matches[1:6] if entry else matches[:5])]
     if others:
-        say("Also in the output: " + ", ".join(
-            f"{m['id']}" + (" (context" if m.get("context_only") else f" ({m.get('confidence', 0):.0%}")
-            + (f", line {m['line']})" if m.get("line") else ")") for m in others),
-            "dim", indent=2)
+        say("Also in the output: " + ", ".join(f"{m['id']} ({_match_note(m)}" + (f", line {m['line']})" if m.get("line") else ")")
+                                                for m in others), "dim", indent=2)
+
+
+def _notice_of(diag: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(the platform or the unrecognised CUDA error that is the verdict, its kind), or (None, "")."""
+    kind = (diag.get("verdict") or {}).get("kind")
+    if kind == "platform" and diag.get("platform"):
+        return diag["platform"], "platform"
+    if kind == "unrecognised" and diag.get("unrecognised"):
+        return diag["unrecognised"], "unrecognised"
+    return None, ""
+
+
+def _at_line(notice: Mapping[str, Any]) -> str:
+    return f" (line {notice['line']} of the output)" if notice.get("line") else ""
+
+
+def _match_note(m: Mapping[str, Any]) -> str:
+    if m.get("consequence_of"):
+        return f"after {m['consequence_of'].get('id')}"
+    if m.get("not_on_platform"):
+        return f"does not apply on {m['not_on_platform']}"
+    return "context" if m.get("context_only") else f"{m.get('confidence', 0):.0%}"
 
 
 def render_json(ticket: dict[str, Any]) -> str:

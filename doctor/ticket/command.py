@@ -161,7 +161,8 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
         elif not quiet:
             _say("--localize: not an asynchronous CUDA failure; nothing re-run")
 
-    record = ticket.build_ticket(result, diagnosis, localization=localization, redactor=redactor)
+    record = ticket.build_ticket(result, diagnosis, localization=localization, redactor=redactor,
+                                 code_patch=ticket.code_patch(diagnosis))
     if bundle is not None and not no_scan:
         # Before the diagnosis is shown: a finding's steps for this machine (the probe's, one
         # source) replace the entry's generic list in every part of the ticket.

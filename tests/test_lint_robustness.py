@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpudoctor.cli import app
-from gpudoctor.lint import archflags, cppalloc, cpprules, engine, pyrules, rules
+from gpudoctor.lint import archflags, cppalloc, cpprules, engine, rules
+from gpudoctor.lint.rules import gpu005_parameter_reassign
 
 runner = CliRunner()
 SARIF_SCHEMA = pathlib.Path(__file__).resolve().parent / "fixtures" / "sarif" / "sarif-2.1.0-subset.schema.json"
@@ -63,7 +64,7 @@ def broken(tmp_path, monkeypatch):
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    scan_build, reassign, allocs = archflags.scan_build, pyrules._parameter_reassign, cppalloc.allocator_findings
+    scan_build, reassign, allocs = archflags.scan_build, gpu005_parameter_reassign.check, cppalloc.allocator_findings
 
     def boom(real, text):
         if "BOOM" in text:
@@ -71,7 +72,7 @@ def broken(tmp_path, monkeypatch):
         return real
 
     monkeypatch.setattr(archflags, "scan_build", lambda text, kind: boom(scan_build(text, kind), text))
-    monkeypatch.setattr(pyrules, "_parameter_reassign", lambda src: boom(reassign(src), src.text))
+    monkeypatch.setattr(gpu005_parameter_reassign, "check", lambda src, facts=None: boom(reassign(src), src.text))
     monkeypatch.setattr(cppalloc, "allocator_findings", lambda path, cpp: boom(allocs(path, cpp), cpp.text))
     monkeypatch.chdir(tmp_path)
     return tmp_path

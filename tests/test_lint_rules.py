@@ -51,3 +51,25 @@ def test_prefilters_let_every_documented_example_through():
         if rule.code == "GPU010":
             continue  # reads PyTorch backend code only; its example omits the #include
         assert rule.wants(rule.example.encode()), rule.code
+
+
+def test_every_rule_lives_in_a_module_named_after_it(repo_root):
+    """"Where does GPU005 live" has a one-file answer: doctor/lint/rules/gpu005_parameter_reassign.py,
+    listed in code order in `rules.MODULES`."""
+    modules = sorted(p.stem for p in (repo_root / "doctor" / "lint" / "rules").glob("gpu*.py"))
+    assert list(rules.MODULES) == modules
+    assert [r.code for r in rules.RULES] == [m[:6].upper() for m in rules.MODULES]
+    for module, rule in zip(rules.MODULES, rules.RULES):
+        assert module == f"{rule.code.lower()}_{rule.name.replace('-', '_')}"
+
+
+def test_every_python_rule_is_in_the_table_of_checks():
+    from gpudoctor.lint import pyrules
+
+    checked = set(pyrules.TREE_RULES) | pyrules.FLOW_RULES
+    python = {r.code for r in rules.RULES if rules.PYTHON in r.kinds}
+    # GPU009's Python side is the callers of a C++ binding, read in the cross-file step
+    assert python - checked == {"GPU009"} and checked <= python
+    for code, module in pyrules.TREE_RULES.items():
+        assert module.RULE.code == code and callable(module.check)
+

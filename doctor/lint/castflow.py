@@ -13,7 +13,7 @@ cast; a sub-path of a cast path is cast (a submodule of a cast model is). It com
   and `X = f(..., X, ...)` (a call handed the cast object and assigned back to its name);
   any other assignment ends it (`X.float()` too);
 - attributes of self: what one method of a class stores cast on self is cast when another method
-  of the class starts (`gpudoctor.lint.latemodules` runs the class's methods twice);
+  of the class starts (`gpudoctor.lint.rules.gpu011_module_after_cast` runs the class's methods twice);
 - the project's functions: what a function returns when it returns a cast object (`returns`),
   and a parameter whose every caller the project pass finds passes one (`entry`: the project
   pass, `resolve`, asks for it only for functions that call a late creator on a parameter).

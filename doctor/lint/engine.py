@@ -414,7 +414,7 @@ def _lint_file(task: Task) -> FileResult:
         result.cpp_defines = tuple(sorted({m.decode() for m in MACRO_DEFINITIONS.findall(data)}))
     result.checked = True
     if codes == {"GPU011"} and task.kind == rules.PYTHON and not (task.exhaustive or task.unfiltered):
-        from gpudoctor.lint.latemodules import may_create_late
+        from gpudoctor.lint.rules.gpu011_module_after_cast import may_create_late
 
         if not may_create_late(data):
             result.deferred = True
@@ -846,13 +846,14 @@ def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
 
 def _late_module_facts(path: str) -> Any:
     """GPU011's facts of a file deferred in the first pass (see FileResult.deferred)."""
-    from gpudoctor.lint import latemodules, pyrules
+    from gpudoctor.lint import pyrules
+    from gpudoctor.lint.rules import gpu011_module_after_cast
 
     src = _load_python(path)
     if src is None:
         return None
     facts = pyrules.Facts()
-    latemodules.module_after_cast(src, facts)
+    gpu011_module_after_cast.module_after_cast(src, facts)
     return facts
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpudoctor.lint.pysource import int_const, kwarg
 from gpudoctor.lint.pyvalues import (TV, DictV, IterV, Named, ShapeV, Sym, TupleV, _CREATE, _ELEMENTWISE, _FLASH,
-                                     _INT_DTYPES, _REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
+                                     _INT_DTYPES, REDUCTIONS, _as_tv, _identity, _norm, export, join_values)
 
 
 # torch.<f>(x, ...) that keeps x's shape, elementwise.
@@ -71,7 +71,7 @@ class CallOps:
         if name in ("max", "min", "sum") and qual == name and len(args) == 1 and isinstance(args[0], TV) and \
                 args[0].sizes and args[0].rank == 1:
             return TV(rank=0, scalar_of=node, seed=args[0].seed, cpu=args[0].cpu)  # max(seq_lens): the largest 0-d tensor
-        if q.startswith("torch.") and name in _REDUCTIONS | {"cumsum"} and args and isinstance(args[0], TV) and \
+        if q.startswith("torch.") and name in REDUCTIONS | {"cumsum"} and args and isinstance(args[0], TV) and \
                 args[0].sizes:
             return self.reduce(name, args[0], node, node.args[1:])
         if q.endswith("scaled_dot_product_attention"):
@@ -223,7 +223,7 @@ class CallOps:
             return None
         if isinstance(tv, TupleV):
             return None
-        if tv.sizes and (name in _REDUCTIONS or name == "cumsum"):
+        if tv.sizes and (name in REDUCTIONS or name == "cumsum"):
             return self.reduce(name, tv, node, node.args)
         if name in ("transpose", "swapaxes", "swapdims") and len(node.args) == 2:
             i, j = int_const(node.args[0]), int_const(node.args[1])

@@ -13,7 +13,7 @@ import ast
 import re
 
 from gpudoctor.lint.model import UNSAFE, Edit, Finding, Fix
-from gpudoctor.lint.latemodules import CASTS
+from gpudoctor.lint.castflow import CASTS
 from gpudoctor.lint.pysource import PySource, dotted, finding
 
 _STD_WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LayerNorm|GroupNorm|RMSNorm|"

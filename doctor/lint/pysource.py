@@ -14,7 +14,6 @@ import re
 from typing import Iterator
 
 from gpudoctor.lint.model import Finding, Fix
-from gpudoctor.lint.rules import BY_CODE
 
 # Names that mean these modules even where the file never imports them (snippets, notebooks
 # exported to .py, star imports).
@@ -412,9 +411,21 @@ def finding(src: PySource, node: ast.AST, code: str, message: str, fix: Fix,
             line: int | None = None, byte_col: int | None = None) -> Finding:
     """A finding of rule `code` spanning `node` (or starting at `line`/`byte_col`), with columns
     counted in characters as editors and SARIF count them."""
+    from gpudoctor.lint.rules import BY_CODE  # here, not at the top: the rule modules import this one
+
     lineno = line if line is not None else node.lineno  # type: ignore[attr-defined]
     col = byte_col if byte_col is not None else node.col_offset  # type: ignore[attr-defined]
     end_line = getattr(node, "end_lineno", lineno) or lineno
     end_col = src.char_col(end_line, getattr(node, "end_col_offset", col) or col) + 1
     return Finding(path=src.path, line=lineno, col=src.char_col(lineno, col) + 1, code=code,
                    kb_id=BY_CODE[code].kb_id, message=message, fix=fix, end_line=end_line, end_col=end_col)
+
+
+def short(src: PySource, node: ast.AST, limit: int = 60) -> str:
+    text = " ".join(src.segment(node).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def any_of(names: set[str]) -> re.Pattern[str]:
+    """Lines worth walking for any of these names (a substring test: the walk decides)."""
+    return re.compile("|".join(map(re.escape, sorted(names))))

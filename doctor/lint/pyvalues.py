@@ -287,7 +287,7 @@ _FLASH = {"flash_attn_func": ("q", "k", "v"), "flash_attn_kvpacked_func": ("q", 
 _SHAPE_KW = re.compile(r"(^|_)(shape|shapes|size|sizes|grid_size|grid_sizes)$")
 _INT_DTYPES = {"long", "int", "int64", "int32", "int16", "short", "uint8"}
 # Reductions of a tensor of sizes: with no dim, a 0-d tensor (`seq_lens.max()`).
-_REDUCTIONS = {"max", "min", "sum", "prod", "amax", "amin"}
+REDUCTIONS = {"max", "min", "sum", "prod", "amax", "amin"}
 
 
 _MISSING = object()

@@ -221,7 +221,9 @@ def whatif(src: PySource, fn: ast.AST, param: str, carried: Carried, origin: str
     that follow (at each binding) and the calls that hand it on: [(target, slot, carried, value
     text, line, function)]."""
     from gpudoctor.lint.pyflow import Interp
-    from gpudoctor.lint.pyrules import _one_per_group, _shape_tensor_finding, _short
+    from gpudoctor.lint.pyrules import _one_per_group
+    from gpudoctor.lint.pysource import short as _short
+    from gpudoctor.lint.rules.gpu004_shape_tensor_arithmetic import tensor_finding as _shape_tensor_finding
 
     interp = Interp(src)
     interp.fn_seeds[id(fn)] = {param: materialise(carried, param, None)}
@@ -242,7 +244,8 @@ def returned_into(src: PySource, seeds: dict[str, Carried], names: set[str], ori
     """A caller file interpreted again with what the project's functions return seeded at their
     calls: the findings that follow from those values alone."""
     from gpudoctor.lint.pyflow import Interp
-    from gpudoctor.lint.pyrules import _one_per_group, _shape_tensor_finding
+    from gpudoctor.lint.pyrules import _one_per_group
+    from gpudoctor.lint.rules.gpu004_shape_tensor_arithmetic import tensor_finding as _shape_tensor_finding
 
     interp = Interp(src)
     interp.return_seeds = dict(seeds)

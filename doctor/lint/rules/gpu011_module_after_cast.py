@@ -1,11 +1,13 @@
-"""GPU011, modules created after a cast: a method other than `__init__` that builds float32
+"""GPU011 (module-after-cast): modules created after a cast. Its documentation (what
+`gpudoctor explain GPU011` prints, its row in docs/lint.md) and its check (`check`, called by
+gpudoctor.lint.pyrules).
+
+The rule finds a method other than `__init__` that builds float32
 submodules (`nn.Linear(...)` without dtype=, or through a project function that returns one:
 `self.mm_projector = build_vision_projector(self.config)` in LLaVA's `initialize_vision_modules()`)
 and is called on the model after it was loaded or cast to bf16/fp16. `module_after_cast` records a
 file's facts (`Facts.creators`, `Facts.builders`, `Facts.after_cast`, which imported function a
 late method calls); gpudoctor.lint.project pairs them over the project, as it does for classes.
-
-Split out of gpudoctor.lint.pyrules, whose `check` calls `module_after_cast`.
 """
 from __future__ import annotations
 
@@ -17,11 +19,62 @@ from gpudoctor.lint import autofix
 from gpudoctor.lint.castflow import CASTS, NEVER_LATE, Cast, Scan, receiver
 from gpudoctor.lint.model import Finding
 from gpudoctor.lint.pysource import PySource, call_name, dotted, finding, kwarg, walk
+from gpudoctor.lint.rules import PYTHON, Rule
 
 if TYPE_CHECKING:
     from gpudoctor.lint.pyrules import Facts
 
-__all__ = ["CASTS", "NEVER_LATE", "receiver", "module_after_cast", "may_create_late", "late_method", "builders",
+RULE = Rule(
+    code="GPU011",
+    name="module-after-cast",
+    kb_id="dtype-mismatch",
+    title="a submodule or parameter is created after the model was cast and is never converted",
+    kinds=(PYTHON,),
+    prefilter=((b"nn.", b"Module", b"Parameter", b"dtype", b".half()", b".bfloat16()"),),
+    # a cast (the cross-file call site) or an nn module assigned to self (the creators)
+    pattern=((rb"self\.\w+\s*=\s*(?:nn|torch\.nn)\.[A-Z]", rb"torch_dtype\s*=", rb"\.(?:half|bfloat16)\(\)",
+              rb"\.to\([^)\n]*(?:dtype|bfloat16|float16|half)",
+              # a builder function of the project (build_projector) and a method that calls one
+              rb"return[ \t]+(?:nn|torch\.nn)\.[A-Z]", rb"self\.\w+\s*=\s*\w*(?:build|make|create)_\w*\("),),
+    what=(
+        "After a module was cast (`.to(dtype)`, `.half()`, `.bfloat16()`, from_pretrained(torch_dtype=...); "
+        "also when it arrives through a parameter, an attribute of self or a project function's return), "
+        "a new nn module or nn.Parameter without dtype= is added to it by any means (an attribute, "
+        "model[3] = ..., append, insert, extend, add_module, register_module, register_parameter, update, "
+        "setattr) and never converted. Also a method other than __init__ (and not called from it) that adds "
+        "float32 submodules or parameters to self (an enable_*_mode(), with the helpers it calls), when "
+        "another module calls it on an object after casting it: reported at each creation, naming the call "
+        "and the cast. Classes of other modules count by the project's class table (weights of their own, "
+        "of a base or of a class they build; not a class that casts its inputs to its weights)."
+    ),
+    why=(
+        "New modules are created in float32. Next to a bfloat16 / float16 model their matmuls get "
+        "mixed operands and fail: RuntimeError: mat1 and mat2 must have the same dtype, but got "
+        "BFloat16 and Float."
+    ),
+    example="model.to(torch.bfloat16)\nmodel.head = nn.Linear(1024, 10)",
+    fix=("model.head = nn.Linear(1024, 10).to(dtype=torch.bfloat16)   # or one model.to(...) after every module exists\n"
+         "# in a late method: ref_param = next(self.parameters()) first, then\n"
+         "self.head = Head(dim).to(device=ref_param.device, dtype=ref_param.dtype)"),
+    fix_safety=(
+        "unsafe: in a late method, its first line takes the weights the model already has (ref_param = "
+        "next(self.parameters())) and each module it creates is converted to their dtype and device, a "
+        "parameter's data inside nn.Parameter(...); new weights are rounded to the model's precision, and "
+        "a model without parameters has no reference. Display-only elsewhere: the right dtype and device "
+        "are those of the model the module joins."
+    ),
+    near_misses=(
+        "Modules converted later with module.to(...) (in place, or item by item: "
+        "self.blocks[i] = block.to(...)), Parameters converted through .data, classes that cast their "
+        "inputs to their weights (a class casting one of its own parameters to the input still "
+        "fires), classes without weights, objects reassigned to something else after the cast, "
+        "modules created in __init__ or in a builder it calls, modules created with dtype=/device=, "
+        "modules converted later in the same function, and casts to float32 do not fire."
+    ),
+)
+
+
+__all__ = ["RULE", "check", "CASTS", "NEVER_LATE", "receiver", "module_after_cast", "may_create_late", "late_method", "builders",
            "imported_function"]
 
 _BUILDER = ("__", "_init", "init", "build", "_build", "setup", "_setup", "reset", "_reset", "create", "_create",
@@ -472,3 +525,8 @@ def _called_from(src: PySource, methods: dict[str, ast.AST], root: str) -> set[s
         seen.add(name)
         todo += re.findall(r"self\.(\w+)\(", src.scope_text(m))
     return seen
+
+
+def check(src: PySource, facts: Facts) -> list[Finding]:
+    """GPU011 on one file: its findings, and its facts for the project pass."""
+    return module_after_cast(src, facts)

@@ -2,9 +2,11 @@
 code. Nothing else lives here. The CLI process never imports torch.
 
 Commands, in the order `gpudoctor --help` lists them: scan, explain, run, report, diff, lint,
-merge, list. `run`, `report` and `diff` live in gpudoctor.ticket.command, `merge` in
-gpudoctor.fleet.command, lint's work in gpudoctor.lint.cli; they are registered at the end of this
-module.
+merge, list. Here are their signatures (the options they parse) and the dispatch; the work lives
+in the capabilities: scan's option types in gpudoctor.scan.options and the scan itself (progress,
+outputs, exit code) in gpudoctor.scan.command, `--distributed` and `--ray` in gpudoctor.fleet.command;
+`run`, `report` and `diff` in gpudoctor.ticket.command, `merge` in gpudoctor.fleet.command, lint's
+work in gpudoctor.lint.cli; the commands are registered at the end of this module.
 
 Conventions, the same for every command (docs/conventions.md):
 
@@ -29,7 +31,6 @@ Conventions, the same for every command (docs/conventions.md):
 from __future__ import annotations
 
 import errno
-import math
 import os
 import re
 import sys
@@ -38,6 +39,7 @@ from typing import Any, List, Optional
 import typer
 import typer.core
 
+from gpudoctor.scan import options as scan_options
 from gpudoctor.output import (
     EXIT_CLOSED_PIPE,
     EXIT_FINDINGS,
@@ -46,19 +48,16 @@ from gpudoctor.output import (
     FORMATS,
     ClosedPipe,
     Format,
-    Output,
     OutputError,
     color_param,
     command_help,
     emit,
-    emit_line,
     emit_text,
     fail as _fail,
     format_option,
     no_redact_option,
     output_option,
     plan_outputs,
-    progress_line,
     quiet_option,
     say as _say,
     set_color,
@@ -453,176 +452,17 @@ def _list_text(entries: Any, console: Any, *, quiet: bool, verbose: bool) -> Non
     console.print(table)
 
 
-# --- scan: option types --------------------------------------------------------------------------
-
-# Device types torch knows (c10/core/DeviceType.h); any other name must not look like a typo of
-# one of the usual ones. A custom backend renamed with rename_privateuse1_backend passes.
-_DEVICE_TYPES = frozenset({
-    "cpu", "cuda", "mps", "xpu", "xla", "meta", "hpu", "mtia", "privateuseone", "ipu", "ve", "fpga",
-    "maia", "vulkan", "lazy", "ort", "mkldnn", "opengl", "opencl", "ideep", "hip", "msnpu",
-})
-_DEVICE_RE = re.compile(r"^([a-z_][a-z0-9_]{0,31})(?::(\d{1,4}))?$")
-
-
-def parse_device(text: str) -> str:
-    """`--device`: auto, all, cpu, cuda, cuda:N, or a torch device type (xpu:0, npu:1)."""
-    import difflib
-
-    value = text.strip()
-    if value in ("auto", "all"):
-        return value
-    found = _DEVICE_RE.match(value)
-    if not found or found.group(1) in ("auto", "all"):
-        raise typer.BadParameter(f"{text}: expected auto, all, cpu, cuda, cuda:N or a torch device such as xpu:0")
-    name = found.group(1)
-    if name not in _DEVICE_TYPES:
-        close = ["cuda"] if name in ("gpu", "nvidia") else difflib.get_close_matches(
-            name, ["cuda", "cpu", "auto", "all"], n=1, cutoff=0.75)
-        if close:
-            raise typer.BadParameter(f"{text}: unknown device type {name!r} (did you mean {close[0]}?)")
-    return value
-
-
-def parse_seconds(text: str) -> float:
-    """`--timeout`: a positive, finite number of seconds, at most a day."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text}: not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise typer.BadParameter(f"{text}: must be a positive, finite number of seconds")
-    from gpudoctor.scan.protocol import MAX_TIMEOUT_S  # the runner's own limit: one number for both
-
-    if value > MAX_TIMEOUT_S:
-        raise typer.BadParameter(f"{text}: more than an hour ({MAX_TIMEOUT_S:g} s) per probe is not a limit")
-    return value
-
-
-_MAX_DIM = 2**31 - 1
-
-
-def parse_level(text: str) -> str:
-    """`--level quick|deep` (gpudoctor.probes.base.LEVELS)."""
-    from gpudoctor.probes.base import LEVELS
-
-    value = text.strip().lower()
-    if value not in LEVELS:
-        raise typer.BadParameter(f"expected {' or '.join(LEVELS)}, got {text[:40]!r}")
-    return value
-
-
-def parse_attn_shape(text: str) -> tuple:
-    """`--attn-shape B,H,N,D`: four positive integers, each below 2**31."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        raise typer.BadParameter(f"{text!r}: expected four positive integers B,H,N,D, e.g. 2,8,4096,64")
-    shape = tuple(int(p) for p in parts)
-    if min(shape) <= 0 or max(shape) > _MAX_DIM:
-        raise typer.BadParameter(f"{text}: each of B,H,N,D must be between 1 and {_MAX_DIM}")
-    return shape
-
-
-def parse_probe_option(text: str) -> tuple:
-    """`--probe-option KEY=VALUE`: values that parse as JSON (1, true, 0.5, [1,2]) are typed,
-    others stay text."""
-    import json
-
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise typer.BadParameter(f"{text}: expected KEY=VALUE")
-    try:
-        parsed: object = json.loads(value)
-    except ValueError:
-        parsed = value
-    return (key.strip(), parsed)
-
-
-def parse_probe_file(text: str) -> str:
-    if not os.path.isfile(text):
-        raise typer.BadParameter(f"{text}: no such file")
-    return text
-
-
-# --- scan ----------------------------------------------------------------------------------------
-
-
-class _ScanProgress:
-    """Progress on stderr. On a terminal: rich's Progress (a spinner that moves on its own
-    refresh thread, the running probe and the device it runs on, done/total, elapsed time),
-    cleared when the scan ends. Elsewhere (CI logs): one plain line per result. Quiet: nothing."""
-
-    def __init__(self, console: Any, quiet: bool = False) -> None:
-        self.console = console
-        self.quiet = quiet
-        self.progress: Any = None
-        self.task: Any = None
-        self.running = "starting"
-
-    def __enter__(self) -> "_ScanProgress":
-        # Interactive, not merely a terminal: `--color always` colours a log, never animates it.
-        if self.console.is_interactive and not self.quiet:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=self.console, transient=True, redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self.progress.start()
-            self.task = self.progress.add_task("starting", total=None)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def _show(self, **fields: Any) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, **fields)
-
-    def _line(self, text: str) -> None:
-        if self.progress is None and not self.quiet:
-            from rich.text import Text
-
-            self.console.print(Text(text), soft_wrap=True, highlight=False)
-
-    def __call__(self, event: Any) -> None:
-        from gpudoctor.scan.runner import TORCH_READY
-        from gpudoctor.safetext import visible
-
-        probe = visible(event.probe, 100)
-        where = f" on {visible(event.device, 100)}" if event.device else ""
-        if event.kind == "status":
-            message = visible(event.message, 200)
-            self._show(description=self.running if event.message == TORCH_READY else message)
-            if event.message == "importing torch":
-                self._line("gpudoctor: importing torch")
-        elif event.kind == "start":
-            self.running = f"{probe}{where}"
-            self._show(description=self.running, total=event.total, completed=event.index - 1)
-        elif event.kind == "result" and event.result is not None:
-            self._show(completed=event.index)
-            self._line(progress_line(event))
-
-
-def _invocation(ctx: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """What made the report: the command line and the options it resolved to (redacted with the
-    rest of the report unless --no-redact)."""
-    import shlex
-
-    argv = ["gpudoctor", *(ctx.obj.get("argv", []) if isinstance(ctx.obj, dict) else [])]
-    return {"command": shlex.join(argv), "argv": argv, "options": options}
-
+# --- scan (option types in gpudoctor.scan.options, the scan itself in gpudoctor.scan.command) -------
 
 def scan(
     ctx: typer.Context,
     probe: List[str] = typer.Option([], "--probe", metavar="ID", help="Run only this probe (repeatable)."),
     skip: List[str] = typer.Option([], "--skip", metavar="ID", help="Do not run this probe (repeatable)."),
     device: Optional[str] = typer.Option(
-        None, "--device", parser=parse_device, metavar="DEVICE",
+        None, "--device", parser=scan_options.parse_device, metavar="DEVICE",
         help="auto (default: cuda:0 when torch sees a GPU, else cpu), cuda:N, all (every visible GPU), "
              "cpu, or a torch device such as xpu:0."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", parser=parse_seconds, metavar="SECONDS",
+    timeout: Optional[float] = typer.Option(None, "--timeout", parser=scan_options.parse_seconds, metavar="SECONDS",
                                             help="Time limit per probe, overriding each probe's own."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH",
                                          help="Diagnose the environment of this interpreter."),
@@ -632,15 +472,15 @@ def scan(
     verbose: bool = verbose_option("Also print evidence, fixes, patches, crash tails and the whole environment."),
     no_redact: bool = no_redact_option(),
     list_only: bool = typer.Option(False, "--list-probes", help="List the probes (ids, titles, what they emit)."),
-    attn_shape: Optional[str] = typer.Option(None, "--attn-shape", parser=parse_attn_shape, metavar="B,H,N,D",
+    attn_shape: Optional[str] = typer.Option(None, "--attn-shape", parser=scan_options.parse_attn_shape, metavar="B,H,N,D",
                                              help="Attention shape for the attention probes."),
-    level: str = typer.Option("quick", "--level", parser=parse_level, metavar="quick|deep",
+    level: str = typer.Option("quick", "--level", parser=scan_options.parse_level, metavar="quick|deep",
                               help="quick (default): every probe's question with fewer cells; deep: "
                                    "the full matrices (sdpa-backends on every half dtype)."),
-    probe_file: List[str] = typer.Option([], "--probe-file", parser=parse_probe_file, metavar="PATH.py",
+    probe_file: List[str] = typer.Option([], "--probe-file", parser=scan_options.parse_probe_file, metavar="PATH.py",
                                          help="Also run the probe in this .py file (repeatable)."),
     probe_option: List[str] = typer.Option(
-        [], "--probe-option", parser=parse_probe_option, metavar="KEY=VALUE",
+        [], "--probe-option", parser=scan_options.parse_probe_option, metavar="KEY=VALUE",
         help="Passed to probes in ctx.options (repeatable), e.g. fp8_compile_contract=1."),
     json_out: Optional[str] = typer.Option(None, "--json", hidden=True, help="Also write the JSON report here."),
     markdown_out: Optional[str] = typer.Option(None, "--markdown", hidden=True, help="Also write Markdown here."),
@@ -654,7 +494,7 @@ def scan(
 
     Small real workloads (SDPA backends, xformers, FP8 matmul, async errors, ...) run in isolated
     workers of the target interpreter; the verdict comes first and last."""
-    from gpudoctor.scan import runner
+    from gpudoctor.scan import command, runner
 
     outputs = plan_outputs(fmt, output, [(Format.json, json_out, "--json"), (Format.md, markdown_out, "--markdown")],
                            inputs=probe_file)
@@ -667,52 +507,14 @@ def scan(
     options = runner.ScanOptions(**settings)
     stderr = stderr_console()
     if list_only:
-        _list_probes(options, outputs[0], stderr)
+        command.list_probes(options, outputs[0], stderr)
         return
     if distributed or ray_cluster:  # gpudoctor.fleet: torchrun (rank 0) or Ray writes one fleet report
         from gpudoctor.fleet.command import scan_distributed, scan_ray
 
         fleet_scan = scan_ray if ray_cluster else scan_distributed
         raise typer.Exit(fleet_scan(options, outputs, quiet=quiet))
-
-    import dataclasses
-
-    try:
-        with _ScanProgress(stderr, quiet=quiet) as progress:
-            # Redacted below, with its invocation, by one Redactor: a placeholder such as
-            # <host-1> then means the same machine in the command line and in the results.
-            report = runner.run_scan(dataclasses.replace(options, redact=False), progress=progress)
-    except runner.ScanError as exc:
-        _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))  # ScanInterrupted: 128 + signal
-
-    from gpudoctor.reports import render
-    from gpudoctor.reports.redact import redact
-
-    report.invocation = _invocation(ctx, {
-        **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "probe_options"},
-        "device": options.device,
-        # KEY=VALUE text, as given: a value such as token=... is then redacted like any other text.
-        "probe_options": [f"{key}={value}" for key, value in options.probe_options],
-        "outputs": [{"format": o.fmt.value, "path": o.path} for o in outputs],
-        "verbose": verbose, "quiet": quiet,
-    })
-    if options.redact:
-        report = redact(report)
-    for out in outputs:
-        if out.fmt is Format.json:
-            emit_text(out, render.render_json(report))
-        elif out.fmt is Format.md:
-            emit_text(out, render.render_markdown(report))
-        elif quiet:
-            emit_line(out, render.verdict(report).line)
-        else:
-            emit(out, lambda console: render.render_terminal(report, console, verbose=verbose))
-    if not quiet and not any(o.to_stdout for o in outputs):
-        # Every report went to a file: the verdict and where the report is, on stderr (as merge does),
-        # so that `scan -o report.md` does not end on the last progress line without a word.
-        where = ", ".join(o.path for o in outputs)
-        _say(f"{render.verdict(report).line}; the report is in {where}")
-    raise typer.Exit(EXIT_FINDINGS if report.has_problems else EXIT_OK)
+    command.run(ctx, options, settings, outputs, stderr, quiet=quiet, verbose=verbose)
 
 
 # --- lint (the implementation lives in gpudoctor.lint) ---------------------------------------------
@@ -760,43 +562,6 @@ def lint(
                                  output=out.path, select=select, ignore=ignore, fix=fix, unsafe_fixes=unsafe_fixes,
                                  diff=diff, isolated=isolated, force_exclude=force_exclude, jobs=jobs, quiet=quiet,
                                  verbose=verbose)))
-
-
-def _list_probes(options: Any, out: Output, stderr: Any) -> None:
-    import json
-
-    from gpudoctor.scan import runner
-    from gpudoctor.safetext import visible
-
-    try:
-        probes, errors = runner.list_probes(options)
-    except runner.ScanError as exc:
-        _fail(str(exc))
-    if out.fmt is Format.json:
-        emit_text(out, json.dumps({"probes": probes, "errors": errors}, indent=2, ensure_ascii=False) + "\n")
-    elif out.fmt is Format.md:  # a --probe-file's id and title are anyone's text
-        from gpudoctor.reports import markdown as md
-
-        rows = [f"| {md.code_span(p['id'], 100, table=True)} | {md.cell(p['title'], 200)} | "
-                f"{md.cell(', '.join(p['emits']) or '-')} |" for p in probes]
-        emit_text(out, "\n".join(["| probe | title | emits |", "| --- | --- | --- |", *rows]) + "\n")
-    else:
-        def table(console: Any) -> None:
-            from rich.table import Table
-            from rich.text import Text
-
-            grid = Table(show_header=True, box=None)
-            for column in ("id", "title", "emits"):
-                grid.add_column(column, style="bold" if column == "id" else None, no_wrap=column == "id")
-            for p in probes:
-                grid.add_row(Text(visible(p["id"], 100)), Text(visible(p["title"], 200)),
-                             Text(", ".join(p["emits"]) or "-"))
-            console.print(grid)
-
-        emit(out, table)
-    for error in errors:
-        stderr.print(f"gpudoctor: {visible(error['source'], 500)}: {visible(error['error'], 500)}",
-                     markup=False, highlight=False)
 
 
 # --- the commands, in the order `gpudoctor --help` lists them -------------------------------------

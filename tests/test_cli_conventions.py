@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 
 from gpudoctor import cli, output
 from gpudoctor.cli import app
+from gpudoctor.scan import options as scan_options
+from gpudoctor.scan.command import ScanProgress
 from gpudoctor.reports.model import SCHEMA_VERSION
 
 FAKES = pathlib.Path(__file__).parent / "fixtures" / "fake_probes"
@@ -158,9 +160,9 @@ def test_usage_errors_are_one_line_and_exit_2(args, text):
 
 def test_good_device_values_pass_validation():
     for value in ("auto", "all", "cpu", "cuda", "cuda:3", "xpu:0", "npu", "privateuseone:1"):
-        assert cli.parse_device(value) == value
-    assert cli.parse_attn_shape(" 2, 8,4096 ,64") == (2, 8, 4096, 64)
-    assert cli.parse_seconds("0.5") == 0.5
+        assert scan_options.parse_device(value) == value
+    assert scan_options.parse_attn_shape(" 2, 8,4096 ,64") == (2, 8, 4096, 64)
+    assert scan_options.parse_seconds("0.5") == 0.5
 
 
 # --- formats, aliases, quiet and verbose ---------------------------------------------------------
@@ -417,7 +419,7 @@ def test_progress_is_richs_and_shows_the_device_the_probe_runs_on():
               ScanEvent("result", probe="sdpa-backends", device="cpu", index=1, total=2, result=result)]
 
     terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
-    with cli._ScanProgress(terminal) as progress:
+    with ScanProgress(terminal) as progress:
         assert isinstance(progress.progress, Progress)  # a live display with its own refresh thread
         assert progress.progress.live.auto_refresh
         for event in events[:2]:
@@ -428,13 +430,13 @@ def test_progress_is_richs_and_shows_the_device_the_probe_runs_on():
         assert progress.progress.tasks[0].completed == 1
 
     log = Console(file=io.StringIO(), width=100)  # not a terminal: one plain line per result
-    with cli._ScanProgress(log) as progress:
+    with ScanProgress(log) as progress:
         for event in events:
             progress(event)
     assert log.file.getvalue() == "gpudoctor: importing torch\n[1/2] sdpa-backends on cpu: pass (0.25s)\n"
 
     quiet = Console(file=io.StringIO(), force_terminal=True, width=100)
-    with cli._ScanProgress(quiet, quiet=True) as progress:
+    with ScanProgress(quiet, quiet=True) as progress:
         for event in events:
             progress(event)
     assert quiet.file.getvalue() == ""

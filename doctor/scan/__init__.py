@@ -15,9 +15,13 @@ processes of the target interpreter and collect the environment they ran in.
 - `fatbin`: which GPU architectures a CUDA binary carries (read from its ELF and fatbin).
 - `modcheck`: `gpudoctor.check_module(model)`, the in-process check of a model's dtypes and
   devices (the one module here that a user's own process imports, with torch).
+- `options`: the option types of `gpudoctor scan` (`--device`, `--timeout`, `--level`, ...);
+  `command`: the plain scan once the CLI has parsed its options (progress on stderr, the report
+  written to every output, the exit code) and `--list-probes`.
 
 May import: the standard library, gpudoctor.probes, gpudoctor.reports (the report model,
-redaction), gpudoctor.safetext, and gpudoctor.fleet.launch (a scan records the job it ran in).
+redaction), gpudoctor.safetext, gpudoctor.output and typer (`options`, `command`: the conventions
+every command shares), and gpudoctor.fleet.launch (a scan records the job it ran in).
 Never the CLI layer (gpudoctor.cli, gpudoctor.entry), and never torch at module level.
 
 Imported by: the CLI layer (`scan`, `list`; gpudoctor.entry starts the first worker through

@@ -12,6 +12,7 @@ import pytest
 
 from gpudoctor.ticket import pytrace
 from gpudoctor.ticket import bundle as ticket
+from gpudoctor.ticket import render as ticket_render
 from gpudoctor.knowledge.kb import parse_entry
 from gpudoctor.explain.matcher import Match
 from gpudoctor.reports.model import report_from_dict
@@ -98,7 +99,7 @@ def _ticket(output: str = OUTPUT, **kw):
 
 
 def test_golden_ticket_markdown():
-    text = ticket.render_markdown(_ticket())
+    text = ticket_render.render_markdown(_ticket())
     if os.environ.get("GPUDOCTOR_UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(text)
@@ -106,7 +107,7 @@ def test_golden_ticket_markdown():
 
 
 def test_ticket_says_what_a_maintainer_needs_and_nothing_private():
-    text = ticket.render_markdown(_ticket())
+    text = ticket_render.render_markdown(_ticket())
     assert len(text) < 65_536
     assert "misaligned-address" in text and "CUDA_LAUNCH_BLOCKING=1" in text
     assert "model.py:17" in text and "train.py:38" in text and "aten::_scaled_mm" in text
@@ -117,7 +118,7 @@ def test_ticket_says_what_a_maintainer_needs_and_nothing_private():
 
 
 def test_ticket_says_where_in_the_log_each_match_was_found():
-    text = ticket.render_markdown(_ticket())
+    text = ticket_render.render_markdown(_ticket())
     assert ("**Where**: `misaligned-address` found on line 9 of output.log; the traceback blames "
             "`~/proj/train.py:38` in `main`: `print(loss.item())`") in text
     assert "| `async-error-reporting` | 25% (context) | 10 |" in text
@@ -145,17 +146,17 @@ def test_match_lines_are_lines_of_output_log(tmp_path):
 
 def test_huge_output_is_cut_to_fit_under_the_limit():
     flood = "".join(f"line {i} " + "x" * 300 + "\n" for i in range(5000))
-    text = ticket.render_markdown(_ticket(OUTPUT.replace("step done\n", flood)))
+    text = ticket_render.render_markdown(_ticket(OUTPUT.replace("step done\n", flood)))
     assert len(text) < ticket.MAX_TICKET_CHARS
     assert text.rstrip().endswith("</sub>")  # the footer survives
     assert "line 4999" in text  # the end of the output is what is kept
-    small = ticket.render_markdown(_ticket(), limit=3000)
+    small = ticket_render.render_markdown(_ticket(), limit=3000)
     assert len(small) < 3000 and small.rstrip().endswith("</sub>")
 
 
 def test_output_cannot_break_out_of_its_markdown():
     hostile = OUTPUT.replace("step done", "```\n</details>\n<img src=x onerror=alert(1)> | a | b |\n\x1b]52;c;ZXZpbA==\x07")
-    text = ticket.render_markdown(_ticket(hostile))
+    text = ticket_render.render_markdown(_ticket(hostile))
     tail = text.split("<details><summary>Output")[1]
     fence = tail.split("\n")[2]
     assert fence.startswith("````")  # longer than any backtick run inside
@@ -285,12 +286,12 @@ def test_the_fix_for_this_machine_comes_from_the_scan():
     assert ticket.machine_steps(record["diagnosis"], {"results": [{"findings": [{"kb_id": "misaligned-address"}]}]}) == []
     ticket.attach_scan(record, report_from_dict(_with_steps(steps)), ("shape-sync",), None)
     assert record["diagnosis"]["steps"] == steps
-    md = ticket.render_markdown(record)
+    md = ticket_render.render_markdown(record)
     assert "#### Fix for this machine (from the scan)\n\n1. x is a view of stride (1, 64)" in md
     assert "Re-run with CUDA_LAUNCH_BLOCKING=1." not in md and "+y = kernel(x.contiguous())" not in md
     assert "Every cause and fix: `gpudoctor explain misaligned-address`" in md
     console = Console(file=__import__("io").StringIO(), width=200, color_system=None)
-    ticket.render_text(record, console, verbose=True)
+    ticket_render.render_text(record, console, verbose=True)
     text = console.file.getvalue()
     assert "Fix for this machine (from the scan):" in text and "1. x is a view of stride (1, 64)" in text
     assert "Re-run with CUDA_LAUNCH_BLOCKING=1." not in text and "+y = kernel" not in text

@@ -116,9 +116,9 @@ def render(picture: Picture) -> str:
         if picture.record:
             import json
 
-            from gpudoctor.ticket import bundle
+            from gpudoctor.ticket import render as ticket_render
 
-            bundle.render_text(json.loads((ROOT / picture.record).read_text(encoding="utf-8")), console)
+            ticket_render.render_text(json.loads((ROOT / picture.record).read_text(encoding="utf-8")), console)
             code = 0
         else:
             code = None

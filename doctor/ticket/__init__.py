@@ -7,7 +7,8 @@ and `gpudoctor diff`.
 - `pytrace`: Python tracebacks and torch's C++ stack traces, read out of that output.
 - `bundle`: the diagnosis (the known failures in the output, the failing line, a second run that
   localizes an asynchronous CUDA error, the probes the explanation points at) as one ticket:
-  built, redacted, rendered, and written as a bundle folder.
+  built, redacted, and written as a bundle folder; `render`: the ticket as Markdown, terminal
+  text and JSON.
 - `command`: the three commands' CLI side, registered on the main app by gpudoctor.cli.
 
 May import: the standard library, gpudoctor.explain (matcher, explanation), gpudoctor.knowledge,

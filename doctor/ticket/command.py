@@ -170,7 +170,9 @@ def _after_run(result: Any, *, localize: bool, bundle: Optional[str], no_scan: b
     if not quiet:
         from gpudoctor.output import stderr_console
 
-        ticket.render_text(record, stderr_console(), verbose=verbose)
+        from gpudoctor.ticket.render import render_text
+
+        render_text(record, stderr_console(), verbose=verbose)
     if bundle is not None:
         try:
             folder, new_sub, files = ticket.write_bundle(bundle, record)
@@ -199,14 +201,14 @@ def _isatty(fd: int) -> bool:
 
 
 def _render_ticket(record: dict[str, Any], fmt: Format, verbose: bool) -> str:
-    from gpudoctor.ticket import bundle as ticket
+    from gpudoctor.ticket import render as ticket_render
     from gpudoctor.output import render_to_text
 
     if fmt is Format.json:
-        return ticket.render_json(record)
+        return ticket_render.render_json(record)
     if fmt is Format.md:
-        return ticket.render_markdown(record)
-    return render_to_text(lambda console: ticket.render_text(record, console, verbose=verbose))
+        return ticket_render.render_markdown(record)
+    return render_to_text(lambda console: ticket_render.render_text(record, console, verbose=verbose))
 
 
 def _scan(argv: Any, diagnosis: Any, python: Optional[str], quiet: bool) -> tuple[Any, tuple[str, ...], Optional[str]]:

@@ -2,15 +2,17 @@
 before it runs (Python via `ast`; C++/CUDA via tree-sitter's CUDA grammar; setup.py, CMake,
 Makefiles, shell scripts, Dockerfiles and cog.yaml for build flags) and print the fix.
 
-Modules: `rules`, a package with one module per rule, named after it (`rules/gpu003_view_after_
-transpose.py`): the rule's documentation and prefilter as data, and its check or the entry point
-to it; `rules/__init__` holds the `Rule` type and the registry (`RULES`, `select`, `describe`).
-`model` (findings and graded fixes), `engine` (discovery, prefilter, workers, suppressions,
-cross-file step), `pysource` / `pyflow` (with its mixins `pylayout`, `pyattention`, `pysizes`,
+Modules: `rules`, a package with one module per rule, named after it
+(`rules/gpu003_view_after_transpose.py`): the rule's documentation and prefilter as data, and its
+check or the entry point to it; `rules/__init__` holds the `Rule` type and the registry (`RULES`,
+`select`, `describe`). `model` (findings and graded fixes), `engine` (discovery, prefilter,
+workers, suppressions), `crossfile` (the project steps after every file: GPU009, GPU012, the Python
+project pass), `pysource` / `pyflow` (with its mixins `pylayout`, `pyattention`, `pysizes`,
 `pycalls`) / `pyrules` (the Python rules by their table, and the dataflow they share), `castflow`
-(GPU011's casts), `pycontig` (GPU012), `cpp` (the C++/CUDA parser), `cpprules` / `cppalloc`
-(GPU009, GPU010), `pycallers` (GPU009's Python callers), `pyarch` / `archflags` (GPU006: CUDA
-architecture flags), `config` ([tool.gpudoctor.lint]), `fixes` and `autofix` (diffs and atomic
+(GPU011's casts), `pycontig` (GPU012), `cpp` (the C++/CUDA parser), `cpprules` / `cppresolve` /
+`cppalloc` (GPU009 per file and across files, GPU010), `pycallers` (GPU009's Python callers),
+`pyarch` / `buildflags` / `archflags` (GPU006: CUDA architecture flags in Python, in build files,
+and their verdict), `config` ([tool.gpudoctor.lint]), `fixes` and `autofix` (diffs and atomic
 writes), `render`, `cli`, and `explain` (`gpudoctor explain GPU003`).
 
 Nothing is imported here: `gpudoctor explain` imports `gpudoctor.lint.rules` alone, and only for

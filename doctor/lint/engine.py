@@ -1,6 +1,6 @@
 """Running the rules over files: discovery, the per-rule substring prefilter, one parse per file,
-inline suppressions, a process pool over chunks of files, and the cross-file step in the parent
-(GPU009's callers; the Python project pass of gpudoctor.lint.project).
+inline suppressions and a process pool over chunks of files; then the cross-file steps in the
+parent (gpudoctor.lint.crossfile: GPU009's callers, GPU012's, the Python project pass).
 
 A file is read only when one of the selected rules applies to its kind, and decoded and parsed
 only when the rule's prefilter finds the text it looks for; a file that is never parsed cannot be
@@ -27,7 +27,6 @@ DEFAULT_EXCLUDE = frozenset({
     ".direnv", ".ipynb_checkpoints",
 })
 _CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c++", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".ipp")
-_CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
 _SUPPRESS = re.compile(r"gpudoctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
@@ -270,10 +269,10 @@ def lint_text(path: str, kind: str, subkind: str, text: str, data: bytes, codes:
             findings, result.cpp_summaries, result.cpp_bound, result.cpp_aliases, result.cpp_facts = \
                 _isolated(cpp, codes, result, cpprules.EMPTY_SCAN)
     else:
-        from gpudoctor.lint import archflags
+        from gpudoctor.lint import buildflags
 
         def build(chosen: set[str]) -> list[Finding]:
-            return [_build_finding(path, text, v) for v in archflags.scan_build(text, subkind)] if "GPU006" in chosen else []
+            return [_build_finding(path, text, v) for v in buildflags.scan_build(text, subkind)] if "GPU006" in chosen else []
 
         findings = _isolated(build, codes, result, [])
     return findings
@@ -479,7 +478,7 @@ def _preload(tasks: list[Task]) -> None:
         except NotLinted:
             pass  # each worker reports it for its files
     if rules.BUILD in kinds:
-        from gpudoctor.lint import archflags  # noqa: F401
+        from gpudoctor.lint import archflags, buildflags  # noqa: F401
 
 
 def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
@@ -585,7 +584,9 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
         result.internal_errors += [InternalError(path, code, message) for code, message in fr.internal]
         findings.extend(fr.findings)
     with _no_cycle_collection():
-        cross, failed = _cross_file(by_path, task_by_path)
+        from gpudoctor.lint.crossfile import cross_file  # after every file: the project's steps
+
+        cross, failed = cross_file(by_path, task_by_path)
     findings += cross
     result.internal_errors += failed
     # per-file-ignores from the configuration
@@ -599,275 +600,3 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
     result.errors.sort(key=lambda e: e.path)
     result.internal_errors.sort(key=lambda e: (e.path or "", e.code or ""))
     return result, by_path, task_by_path
-
-
-def _cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple[list[Finding], list[InternalError]]:
-    """The findings of the cross-file steps, and the steps that failed (a failure costs that
-    rule's cross-file findings only)."""
-    out: list[Finding] = []
-    failed: list[InternalError] = []
-    checking: dict[str, Any] = {}  # GPU012: Python name of a binding -> the arguments its C++ function checks
-    # the Python files by the names they call: read once (when GPU009 or GPU012 first needs it)
-    calling = _CallIndex(sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON))
-    try:
-        out += _cpp_cross_file(by_path, tasks, checking, calling)
-    except (RecursionError, MemoryError) as exc:
-        failed.append(InternalError(None, "GPU009", f"the project is too large or too deeply nested to follow "
-                                                    f"({type(exc).__name__})"))
-    except Exception as exc:  # noqa: BLE001
-        failed.append(InternalError(None, "GPU009", _describe(exc)))
-    try:
-        out += _contig_cross_file(by_path, tasks, checking, calling)
-    except (RecursionError, MemoryError) as exc:
-        failed.append(InternalError(None, "GPU012", f"the project is too large or too deeply nested to follow "
-                                                    f"({type(exc).__name__})"))
-    except Exception as exc:  # noqa: BLE001
-        failed.append(InternalError(None, "GPU012", _describe(exc)))
-    try:
-        out += _python_cross_file(by_path, tasks, failed)
-    except (RecursionError, MemoryError) as exc:
-        failed.append(InternalError(None, None, f"the Python project pass: the project is too large or too deeply "
-                                                f"nested to follow ({type(exc).__name__})"))
-    except Exception as exc:  # noqa: BLE001
-        failed.append(InternalError(None, None, f"the Python project pass: {_describe(exc)}"))
-    return out, failed
-
-
-def _cpp_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
-                    calling: "_CallIndex") -> list[Finding]:
-    """GPU009's findings; and, for GPU012, `checking` filled with the bindings whose C++
-    function checks an argument's contiguity (Python name -> pycontig.Check list)."""
-    out: list[Finding] = []
-    summaries = [s for fr in by_path.values() for s in fr.cpp_summaries]
-    if summaries:
-        from gpudoctor.lint import cpprules, pycallers
-
-        facts = {path: fr.cpp_facts for path, fr in by_path.items() if fr.cpp_facts is not None}
-        cpp_paths = [p for p, t in tasks.items() if t.kind == rules.CPP]
-        defines: dict[str, list[str]] = {}
-        for path, fr in by_path.items():
-            for name in fr.cpp_defines:
-                defines.setdefault(name, []).append(path)
-        cpprules.resolve_checks(summaries, facts, cpp_paths, defines=defines)
-        bound = {name for fr in by_path.values() for name in fr.cpp_bound}
-        aliases = {py: cxx for fr in by_path.values() for py, cxx in fr.cpp_aliases.items()}
-        if any("GPU012" in tasks[p].codes for p in tasks if tasks[p].kind == rules.PYTHON):
-            checking.update(cpprules.checking_bindings(summaries, bound, aliases))
-        summaries = [s for s in summaries if s.path in tasks and "GPU009" in tasks[s.path].codes]
-        unprotected = cpprules.resolve_data_ptr(summaries, bound) if summaries else []
-        if unprotected and aliases:
-            # the entry points' own Python callers: read (in the parent) only the Python files
-            # that mention a binding's name followed by "(", and only when a read is unprotected
-            sources = calling(aliases)
-            try:
-                calls = pycallers.python_calls(sources, aliases, calling) if sources else {}
-            except RecursionError:  # a file nested too deeply to follow: no evidence from Python
-                calls = {}
-            if calls:
-                unprotected = cpprules.resolve_data_ptr(summaries, bound, calls)
-        for s, i, call in unprotected:
-            f = cpprules.data_ptr_finding(s, i, call)
-            if not suppressed(f, by_path[s.path].suppress):
-                out.append(f)
-    return out
-
-
-class _CallIndex:
-    """The project's Python files that call one of some names (`name(` in their bytes): each
-    file is read once for an index of the names it calls, and parsed once when first needed
-    (`loaded`, path -> PySource or None)."""
-
-    def __init__(self, paths: list[str], loaded: dict[str, Any] | None = None) -> None:
-        self.paths = paths
-        self.loaded: dict[str, Any] = {} if loaded is None else loaded
-        self.called_in: dict[str, list[str]] | None = None
-
-    def load(self, path: str) -> Any:
-        if path not in self.loaded:
-            self.loaded[path] = _load_python(path)
-        return self.loaded[path]
-
-    def __call__(self, names: Any) -> list[Any]:
-        if self.called_in is None:
-            self.called_in = {}
-            for path in self.paths:
-                data = self._read(path)
-                for name in set(_CALLED.findall(data)) if data else ():
-                    self.called_in.setdefault(name.decode("ascii", "replace"), []).append(path)
-        paths = sorted({p for n in names for p in self.called_in.get(n, ())})
-        return [src for src in (self.load(p) for p in paths) if src is not None]
-
-    def few(self, names: set[str]) -> list[Any]:
-        """The same for a few names, without the index (a substring test per name and file, and
-        one search in the files that have one; much cheaper than indexing every name a file
-        calls) unless the index was already built."""
-        if self.called_in is not None or not names:
-            return self(names)
-        spelt = [n.encode() for n in sorted(names)]
-        pattern = re.compile(rb"\b(?:%s)[ \t]*\(" % b"|".join(re.escape(n) for n in spelt))
-        paths = [p for p in self.paths
-                 if (data := self._read(p)) and any(n in data for n in spelt) and pattern.search(data)]
-        return [src for src in (self.load(p) for p in paths) if src is not None]
-
-    @staticmethod
-    def _read(path: str) -> bytes:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read(MAX_BYTES)
-        except OSError:
-            return b""
-
-
-def _contig_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], checking: dict[str, Any],
-                       calling: "_CallIndex") -> list[Finding]:
-    """GPU012 (gpudoctor.lint.pycontig): the calls that pass a strided view to a function or a
-    binding that checks its layout. Nothing is read unless a linted file has a function that
-    checks (its worker says so) or a binding's C++ function checks; then the Python files that
-    call those names (an index of the names each linted Python file calls, read once) are parsed,
-    and the callers of the wrappers among them."""
-    checkers = {path: fr.facts.contig_checkers for path, fr in by_path.items()
-                if fr.facts is not None and getattr(fr.facts, "contig_checkers", ())}
-    if not checkers and not checking:
-        return []
-    from gpudoctor.lint import pycontig
-
-    out = []
-    for f in pycontig.resolve(checkers, calling.load, calling.few, checking, lambda p: p):
-        if "GPU012" not in tasks[f.path].codes:
-            continue  # a caller in a file the configuration leaves GPU012 out of
-        fr = by_path.get(f.path)
-        table = fr.suppress if fr is not None else {}
-        src = calling.loaded.get(f.path)
-        if not table and src is not None and "gpudoctor:" in src.text:  # a file no worker parsed
-            table = _suppressions(src.text, rules.PYTHON)
-        if not suppressed(f, table):
-            out.append(f)
-    return out
-
-
-def _python_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], failed: list[InternalError]) -> list[Finding]:
-    out: list[Finding] = []
-    facts = {path: fr.facts for path, fr in by_path.items() if fr.facts}
-    creators = {name for f in facts.values() for name in f.creators}
-    if creators:
-        # Files deferred by GPU011 matter now: those that call a creating method, and those that
-        # define the classes the creators build (and their bases), for the project's class table.
-        called = re.compile(rb"\.(?:%s)\(" % b"|".join(re.escape(n.encode()) for n in sorted(creators)))
-        needed = {foreign for f in facts.values() for made in f.creators.values() for _, foreign in made if foreign}
-        done: set[str] = set()
-        pending = [p for p, fr in by_path.items() if fr.deferred]
-        while pending:
-            defines = re.compile(rb"^[ \t]*(?:class|def)[ \t]+(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(needed)),
-                                 re.M) if needed else None
-            grew = False
-            for path in pending:
-                if path in done or not (_mentions(path, called) or (defines is not None and _mentions(path, defines))):
-                    continue
-                done.add(path)
-                try:
-                    late_facts = _late_module_facts(path)
-                except (RecursionError, MemoryError):
-                    late_facts = None
-                except Exception as exc:  # noqa: BLE001
-                    failed.append(InternalError(path, "GPU011", _describe(exc)))
-                    late_facts = None
-                if late_facts is not None:
-                    facts[path] = by_path[path].facts = late_facts
-                    for bases, _, _, builds in late_facts.classes.values():
-                        new = (set(bases) | set(builds)) - needed
-                        grew = grew or bool(new)
-                        needed |= new
-            pending = [p for p in pending if p not in done] if grew else []
-    if facts:
-        from gpudoctor.lint import project
-
-        python = {path: t.codes for path, t in tasks.items() if t.kind == rules.PYTHON}
-        modules: dict[str, str] | None = None
-        if any(f.size_calls for f in facts.values()):
-            modules = {}
-            for path in sorted(python):
-                name = project.module_name(path)[0]
-                if name:
-                    modules.setdefault(name, path)
-        loaded: dict[str, Any] = {}
-
-        def load(path: str) -> Any:
-            if path not in loaded:
-                loaded[path] = _load_python(path)
-            return loaded[path]
-
-        late: dict[str, dict[int, frozenset[str] | None]] = {}
-
-        def is_suppressed(f: Finding) -> bool:
-            fr = by_path.get(f.path)
-            if fr is None:
-                return False
-            table = fr.suppress
-            src = loaded.get(f.path)
-            if not table and src is not None and "gpudoctor:" in src.text:  # parsed here, by the project pass
-                if f.path not in late:
-                    late[f.path] = _suppressions(src.text, rules.PYTHON)
-                table = late[f.path]
-            return suppressed(f, table)
-
-        found = {(f.path, f.line, f.col, f.code) for fr in by_path.values() for f in fr.findings}
-
-        def resolve(codes: dict[str, tuple[str, ...]]) -> list[Finding]:
-            return project.resolve(facts, codes, is_suppressed, modules, load)
-
-        try:
-            resolved = resolve(python)
-        except (RecursionError, MemoryError):
-            raise
-        except Exception:  # noqa: BLE001 (one rule's project step failed: find which, keep the others)
-            resolved = []
-            for code in sorted({c for cs in python.values() for c in cs}):
-                try:
-                    resolved += resolve({p: (code,) if code in cs else () for p, cs in python.items()})
-                except (RecursionError, MemoryError):
-                    raise
-                except Exception as exc:  # noqa: BLE001
-                    failed.append(InternalError(None, code, _describe(exc)))
-        for f in resolved:
-            key = (f.path, f.line, f.col, f.code)
-            if key not in found:
-                found.add(key)
-                out.append(f)
-    return out
-
-
-def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return pattern.search(fh.read(MAX_BYTES)) is not None
-    except OSError:
-        return False
-
-
-def _late_module_facts(path: str) -> Any:
-    """GPU011's facts of a file deferred in the first pass (see FileResult.deferred)."""
-    from gpudoctor.lint import pyrules
-    from gpudoctor.lint.rules import gpu011_module_after_cast
-
-    src = _load_python(path)
-    if src is None:
-        return None
-    facts = pyrules.Facts()
-    gpu011_module_after_cast.module_after_cast(src, facts)
-    return facts
-
-
-def _load_python(path: str) -> Any:
-    """A linted Python file parsed in the parent, for the project pass; None if it cannot be."""
-    from gpudoctor.lint import project
-    from gpudoctor.lint.pysource import PySource
-
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES or b"\0" in data:
-            return None
-        text = _decode(data, rules.PYTHON)
-        return PySource(path, text, parse_python(text, path), *project.module_name(path))
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
-        return None

@@ -2,7 +2,7 @@
 holding the rule's documentation as data (code, knowledge-base id, the file kinds it reads, the
 cheap substring prefilter that decides whether a file is parsed for it, what it finds, why that
 breaks, an example, the fix and how safe the fix is) and its check, or the entry point to it
-where a family module does the work (GPU006: pyarch and archflags; GPU009, GPU010: cpprules;
+where a family module does the work (GPU006: pyarch, buildflags and archflags; GPU009, GPU010: cpprules;
 GPU012: pycontig). gpudoctor.lint.pyrules runs the Python checks by its code -> module table.
 
 Here: the `Rule` type, the registry (`MODULES` in code order, `RULES`, `BY_CODE`), selection by

@@ -3,7 +3,8 @@
 Its documentation (what `gpudoctor explain GPU006` prints, and its row in docs/lint.md) and its
 prefilter, as data; and its check: in Python files `check` (called by gpudoctor.lint.pyrules),
 which reads setup.py and cpp_extension calls with gpudoctor.lint.pyarch; in build files (CMake,
-Makefiles, shell scripts, Dockerfiles) gpudoctor.lint.archflags, which the engine calls.
+Makefiles, shell scripts, Dockerfiles, cog.yaml) gpudoctor.lint.buildflags, which the engine calls;
+gpudoctor.lint.archflags judges the flags both find.
 """
 from __future__ import annotations
 

@@ -37,3 +37,25 @@ def marked_lines(source: str, marker: str = "# <-") -> list[int]:
     """Lines of a (dedented, left-stripped) snippet that carry the marker comment."""
     text = textwrap.dedent(source).lstrip("\n")
     return [i for i, line in enumerate(text.splitlines(), 1) if marker in line]
+
+
+# A module with one GPU003 finding (merge_heads) and one GPU005 finding (M.cast), the base of the
+# CLI, integration and robustness tests' projects (each adds its own lines).
+TWO_FINDINGS = """\
+import torch
+import torch.nn as nn
+
+
+def merge_heads(x, B, N, H, D):
+    y = x.view(B, N, H, D).transpose(1, 2)
+    return y.view(B, H * N, D)
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Parameter(torch.zeros(4))
+
+    def cast(self, dtype):
+        self.token = self.token.to(dtype)
+"""

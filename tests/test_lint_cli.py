@@ -15,33 +15,17 @@ import pytest
 from typer.testing import CliRunner
 
 from gpudoctor.cli import app
+from lint_helpers import TWO_FINDINGS
 
 runner = CliRunner()
 
-BUGGY = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-
-    def merge_heads(x, B, N, H, D):
-        y = x.view(B, N, H, D).transpose(1, 2)
-        return y.view(B, H * N, D)
-
-
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.token = nn.Parameter(torch.zeros(4))
-
-        def cast(self, dtype):
-            self.token = self.token.to(dtype)
-
+BUGGY = TWO_FINDINGS + textwrap.dedent("""
 
     def shapes(x):
         sizes = torch.stack([torch.tensor(u.shape[2:], dtype=torch.long) for u in x])
         a, b, c = sizes[0]
         return a * b * c
-    """).lstrip()
+    """).lstrip(" ")
 CLEAN = "import torch\n\n\ndef f(x):\n    return x.transpose(1, 2).reshape(2, -1)\n"
 LINE = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<code>GPU\d{3}) .+ \[(?P<kb>[a-z0-9-]+)\]$")
 

@@ -15,29 +15,13 @@ from gpudoctor.cli import app
 from gpudoctor.cli import LINT_FORMATS as FORMATS
 from gpudoctor.lint import engine, render, rules
 from gpudoctor.lint.model import FileError, Finding, Fix, LintResult
+from lint_helpers import TWO_FINDINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-2.1.0-subset.schema.json"
 runner = CliRunner()
 
-SOURCE = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-
-    def merge_heads(x, B, N, H, D):
-        y = x.view(B, N, H, D).transpose(1, 2)
-        return y.view(B, H * N, D)
-
-
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.token = nn.Parameter(torch.zeros(4))
-
-        def cast(self, dtype):
-            self.token = self.token.to(dtype)
-
+SOURCE = TWO_FINDINGS + textwrap.dedent("""
 
     def moved(x, B, N, H, D):
         y = x.view(B, N, H, D).transpose(1, 2)
@@ -46,7 +30,7 @@ SOURCE = textwrap.dedent("""
 
     with torch.backends.cuda.sdp_kernel(enable_flash=True):
         pass
-    """).lstrip()
+    """).lstrip(" ")
 
 
 @pytest.fixture

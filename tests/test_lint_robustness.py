@@ -14,31 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from gpudoctor.cli import app
-from gpudoctor.lint import archflags, cppalloc, cpprules, engine, rules
+from gpudoctor.lint import buildflags, cppalloc, cppresolve, cpprules, engine, rules
 from gpudoctor.lint.rules import gpu005_parameter_reassign
+from lint_helpers import TWO_FINDINGS
 
 runner = CliRunner()
 SARIF_SCHEMA = pathlib.Path(__file__).resolve().parent / "fixtures" / "sarif" / "sarif-2.1.0-subset.schema.json"
 
-PY = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-    # BOOM: the test breaks GPU005 on this file
-
-
-    def merge_heads(x, B, N, H, D):
-        y = x.view(B, N, H, D).transpose(1, 2)
-        return y.view(B, H * N, D)
-
-
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.token = nn.Parameter(torch.zeros(4))
-
-        def cast(self, dtype):
-            self.token = self.token.to(dtype)
-    """).lstrip()
+PY = TWO_FINDINGS.replace("import torch.nn as nn\n", "import torch.nn as nn\n# BOOM: the test breaks GPU005 on this file\n", 1)
 ALLOC = textwrap.dedent("""
     // BOOM: the test breaks GPU010 on this file
     #include <c10/core/Allocator.h>
@@ -64,14 +47,14 @@ def broken(tmp_path, monkeypatch):
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    scan_build, reassign, allocs = archflags.scan_build, gpu005_parameter_reassign.check, cppalloc.allocator_findings
+    scan_build, reassign, allocs = buildflags.scan_build, gpu005_parameter_reassign.check, cppalloc.allocator_findings
 
     def boom(real, text):
         if "BOOM" in text:
             raise TypeError("unsupported operand type(s) for +: 'Tok' and 'int'")
         return real
 
-    monkeypatch.setattr(archflags, "scan_build", lambda text, kind: boom(scan_build(text, kind), text))
+    monkeypatch.setattr(buildflags, "scan_build", lambda text, kind: boom(scan_build(text, kind), text))
     monkeypatch.setattr(gpu005_parameter_reassign, "check", lambda src, facts=None: boom(reassign(src), src.text))
     monkeypatch.setattr(cppalloc, "allocator_findings", lambda path, cpp: boom(allocs(path, cpp), cpp.text))
     monkeypatch.chdir(tmp_path)
@@ -128,7 +111,7 @@ def test_a_failing_cross_file_step_costs_its_rule_only(broken, monkeypatch):
     def fails(*args, **kwargs):
         raise KeyError("callers")
 
-    monkeypatch.setattr(cpprules, "resolve_data_ptr", fails)
+    monkeypatch.setattr(cppresolve, "resolve_data_ptr", fails)
     data = json.loads(_invoke("--format", "json").stdout)
     assert (None, "GPU009") in [(e["path"], e["rule"]) for e in data["internal_errors"]]
     assert sorted((f["path"], f["code"]) for f in data["findings"]) == [("model.py", "GPU003"),

@@ -13,7 +13,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from gpudoctor.probes.base import counted, error_text
 
@@ -222,3 +222,38 @@ def forced_sentence(ok: int, refused: int, mismatch: int, error: int) -> str:
                      f"{'its' if refused == 1 else 'their'} input")
     parts += [counted(mismatch, "wrong result"), counted(error, "error")]
     return ", ".join(parts)
+
+
+def measure_cell(torch: Any, device: str, cell: dict[str, Any], forward: Callable[[], Any], grad: Any,
+                 leaves: list[Any], reference: Callable[[], tuple[Any, list[Any]]], with_backward: bool,
+                 refused: Callable[[str], bool]) -> dict[str, Any]:
+    """One attention kernel on one cell in (B, N, H, D) against the fp64 reference in SDPA's
+    (B, H, N, D) (`reference()`: it and its leaves): forward, backward (`with_backward`), a
+    synchronize on CUDA, then the comparison, all inside the `try`, since reading the result back
+    is where an asynchronous fault surfaces. `cell` gets the errors and a status (ok, mismatch),
+    or the stage that failed, its text and refused / error."""
+    dname = cell["dtype"]
+    stage = "forward"
+    try:
+        out = forward()
+        if with_backward:
+            stage = "backward"
+            backward(out, grad)
+        if str(device).startswith("cuda"):
+            stage = "synchronize"
+            torch.cuda.synchronize(device)
+        stage = "compare"
+        ref, ref_leaves = reference()
+        cell["fwd_err"] = max_abs_error(torch, out, ref.transpose(1, 2))
+        cell["bwd_err"] = 0.0
+        if with_backward:
+            backward(ref, grad.double().transpose(1, 2))
+            cell["bwd_err"] = max(max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
+                                  for x, r in zip(leaves, ref_leaves))
+    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+        text = error_text(exc)
+        cell.update(status="refused" if refused(text) else "error", stage=stage, text=text)
+        return cell
+    ok = cell["fwd_err"] <= FWD_TOL[dname] and cell["bwd_err"] <= BWD_TOL[dname]
+    cell["status"] = "ok" if ok else "mismatch"
+    return cell

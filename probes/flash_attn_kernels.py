@@ -128,28 +128,9 @@ def run_case(torch: Any, fa: Any, device: str, dtype: Any, head_dim: int, causal
     q, k, v, grad, leaves = _cell_inputs(torch, device, dtype, head_dim, causal)
     dname = att.dtype_name(dtype)
     cell: dict[str, Any] = {"dtype": dname, "head_dim": head_dim, "causal": causal}
-    stage = "forward"
-    try:
-        out = fa.flash_attn_func(*leaves, causal=causal)
-        stage = "backward"
-        att.backward(out, grad)
-        if str(device).startswith("cuda"):
-            stage = "synchronize"
-            torch.cuda.synchronize(device)
-        # Compared inside the try: reading the result back is where an asynchronous fault surfaces.
-        stage = "compare"
-        ref, ref_leaves = _reference(torch, q, k, v, causal)
-        att.backward(ref, grad.double().transpose(1, 2))
-        cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
-        cell["bwd_err"] = max(att.max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
-                              for x, r in zip(leaves, ref_leaves))
-    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
-        text = error_text(exc)
-        cell.update(status="refused" if _expected_refusal(dname, text) else "error", stage=stage, text=text)
-        return cell
-    ok = cell["fwd_err"] <= att.FWD_TOL[dname] and cell["bwd_err"] <= att.BWD_TOL[dname]
-    cell["status"] = "ok" if ok else "mismatch"
-    return cell
+    return att.measure_cell(torch, device, cell, lambda: fa.flash_attn_func(*leaves, causal=causal), grad, leaves,
+                            lambda: _reference(torch, q, k, v, causal), True,
+                            lambda text: _expected_refusal(dname, text))
 
 
 def layout_pitfall(torch: Any, fa: Any, device: str, dtype: Any) -> dict[str, Any]:

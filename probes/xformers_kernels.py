@@ -136,33 +136,14 @@ def run_operator(torch: Any, xops: Any, fw: Any, bw: Any, device: str, dtype: An
     cell: dict[str, Any] = {"dtype": dname, "shape": list(shape), "causal": causal}
     bias = xops.LowerTriangularMask() if causal else None
     leaves = [t.clone().requires_grad_(backward) for t in (q, kk, v)]
-    stage = "forward"
-    try:
-        op = None if fw is None else (fw, bw) if bw is not None else fw
-        out = xops.memory_efficient_attention(*leaves, attn_bias=bias, op=op)
-        if backward:
-            stage = "backward"
-            att.backward(out, grad)
-        if str(device).startswith("cuda"):
-            stage = "synchronize"
-            torch.cuda.synchronize(device)
-        # The reference in (B, H, M, K), fp64, from the same rounded inputs.
-        stage = "compare"
+    op = None if fw is None else (fw, bw) if bw is not None else fw
+
+    def reference() -> tuple[Any, list[Any]]:  # in (B, H, M, K), fp64, from the same rounded inputs
         ref_leaves = [t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, kk, v)]
-        ref = att.reference_attention(torch, *ref_leaves, causal=causal)
-        cell["fwd_err"] = att.max_abs_error(torch, out, ref.transpose(1, 2))
-        cell["bwd_err"] = 0.0
-        if backward:
-            att.backward(ref, grad.double().transpose(1, 2))
-            cell["bwd_err"] = max(att.max_abs_error(torch, x.grad, r.grad.transpose(1, 2))
-                                  for x, r in zip(leaves, ref_leaves))
-    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
-        text = error_text(exc)
-        cell.update(status="refused" if is_refusal(text) else "error", stage=stage, text=text)
-        return cell
-    ok = cell["fwd_err"] <= att.FWD_TOL[dname] and cell["bwd_err"] <= att.BWD_TOL[dname]
-    cell["status"] = "ok" if ok else "mismatch"
-    return cell
+        return att.reference_attention(torch, *ref_leaves, causal=causal), ref_leaves
+
+    return att.measure_cell(torch, device, cell, lambda: xops.memory_efficient_attention(*leaves, attn_bias=bias, op=op),
+                            grad, leaves, reference, backward, is_refusal)
 
 
 def _import_xformers() -> tuple[Any, Any, list[str], str]:

@@ -305,7 +305,7 @@ def explain(
     elif out.fmt is Format.md:
         emit_text(out, ex.render_markdown(result))
     elif not unknown_id:
-        emit(out, lambda console: _explain_text(result, console, quiet=quiet, verbose=verbose))
+        emit(out, lambda console: ex.render_page(result, console, quiet=quiet, verbose=verbose))
     if unknown_id:
         hints = kb.suggest(query)
         tail = f"; did you mean {', '.join(hints)}?" if hints else "; `gpudoctor list` shows them all"
@@ -380,31 +380,6 @@ def _code_patch(result: Any, text: str) -> Any:
     return find_patches(result.entry, sites)
 
 
-def _explain_text(result: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
-    """The explain engineer's page (`gpudoctor.explain.explanation.render_text`: the verdict, then the entry in
-    full); -q: one line per match; -v: the other matched entries in full too."""
-    from rich.text import Text
-
-    from gpudoctor.explain import explanation as ex
-
-    if quiet:
-        rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in result.matches]
-        if not rows and result.entry is not None:  # by id
-            rows = [(result.entry.id, "", result.entry.title)]
-        if result.kind in ("platform", "unrecognised"):  # the verdict is no entry: it comes first
-            rows.insert(0, (result.platform.id if result.kind == "platform" else "unrecognised", "",
-                            ex.verdict_title(result)))
-        for kb_id, confidence, title in rows:
-            console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
-        return
-    ex.render_text(result, console)
-    if verbose:
-        for m in result.matches[1:]:
-            if not m.context_only:
-                console.print()
-                ex.render_entry(m.entry, console, m)
-
-
 def list_entries(
     fmt: Optional[Format] = format_option(),
     output: Optional[str] = output_option(),
@@ -415,7 +390,7 @@ def list_entries(
 ) -> None:
     """List the knowledge-base ids and titles."""
     from gpudoctor.knowledge import kb
-    from gpudoctor.explain.explanation import list_json
+    from gpudoctor.explain.explanation import list_json, list_markdown, render_list
 
     alias = Format.json if as_json else Format.md if markdown else None
     if alias is not None and fmt not in (None, alias):
@@ -428,28 +403,9 @@ def list_entries(
     if out.fmt is Format.json:
         emit_text(out, list_json(entries) + "\n")
     elif out.fmt is Format.md:
-        rows = ["| `%s` | %s |" % (e.id, e.title.replace("|", "\\|")) for e in entries]
-        emit_text(out, "\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n")
+        emit_text(out, list_markdown(entries))
     else:
-        emit(out, lambda console: _list_text(entries, console, quiet=quiet, verbose=verbose))
-
-
-def _list_text(entries: Any, console: Any, *, quiet: bool, verbose: bool) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    if quiet:
-        for e in entries:
-            console.print(Text(e.id), soft_wrap=True)
-        return
-    table = Table(show_header=True, box=None)
-    table.add_column("id", style="bold", no_wrap=True)
-    table.add_column("title")
-    if verbose:
-        table.add_column("aliases")
-    for e in entries:
-        table.add_row(Text(e.id), Text(e.title), *([Text(", ".join(e.aliases))] if verbose else []))
-    console.print(table)
+        emit(out, lambda console: render_list(entries, console, quiet=quiet, verbose=verbose))
 
 
 # --- scan (option types in gpudoctor.scan.options, the scan itself in gpudoctor.scan.command) -------

@@ -247,6 +247,12 @@ def list_json(entries: tuple[Entry, ...]) -> str:
     )
 
 
+def list_markdown(entries: tuple[Entry, ...]) -> str:
+    """`gpudoctor list --format md`: the ids and titles as a Markdown table (docs/explain.md's index)."""
+    rows = ["| `%s` | %s |" % (e.id, e.title.replace("|", "\\|")) for e in entries]
+    return "\n".join(["| id | title |", "| --- | --- |", *rows]) + "\n"
+
+
 # --- text for people -------------------------------------------------------------------------------
 
 
@@ -598,3 +604,46 @@ def _notice_markdown(explanation: Explanation) -> str:
     out += ["", "### References", ""]
     out += [f"- [{md.prose(r.title).replace(']', ')')}](<{r.url}>)" for r in notice.references]
     return "\n".join(out) + "\n"
+
+
+def render_page(explanation: Explanation, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
+    """`gpudoctor explain`'s terminal page (`render_text`: the verdict, then the entry in full);
+    quiet: one line per match; verbose: the other matched entries in full too."""
+    from rich.text import Text
+
+    if quiet:
+        rows = [(m.id, f"{m.confidence:.0%}", m.entry.title) for m in explanation.matches]
+        if not rows and explanation.entry is not None:  # by id
+            rows = [(explanation.entry.id, "", explanation.entry.title)]
+        if explanation.kind in ("platform", "unrecognised"):  # the verdict is no entry: it comes first
+            rows.insert(0, (explanation.platform.id if explanation.kind == "platform" else "unrecognised", "",
+                            verdict_title(explanation)))
+        for kb_id, confidence, title in rows:
+            console.print(Text(f"{kb_id}  {confidence + '  ' if confidence else ''}{title}"), soft_wrap=True)
+        return
+    render_text(explanation, console)
+    if verbose:
+        for m in explanation.matches[1:]:
+            if not m.context_only:
+                console.print()
+                render_entry(m.entry, console, m)
+
+
+def render_list(entries: tuple[Entry, ...], console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
+    """`gpudoctor list` on the terminal: a table of ids and titles (verbose: and aliases); quiet:
+    the ids alone, one per line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if quiet:
+        for e in entries:
+            console.print(Text(e.id), soft_wrap=True)
+        return
+    table = Table(show_header=True, box=None)
+    table.add_column("id", style="bold", no_wrap=True)
+    table.add_column("title")
+    if verbose:
+        table.add_column("aliases")
+    for e in entries:
+        table.add_row(Text(e.id), Text(e.title), *([Text(", ".join(e.aliases))] if verbose else []))
+    console.print(table)

@@ -185,5 +185,6 @@ def test_every_package_is_in_the_wheel(repo_root):
     from gpudoctor.knowledge.kb import tomllib  # tomli on Python 3.10
 
     listed = set(tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    folders = {"gpudoctor." + p.parent.name for p in (repo_root / "doctor").glob("*/__init__.py")}
+    doctor = repo_root / "doctor"
+    folders = {"gpudoctor." + ".".join(p.parent.relative_to(doctor).parts) for p in doctor.rglob("*/__init__.py")}
     assert folders | {"gpudoctor", "gpudoctor.probes", "gpudoctor.reports"} == listed

@@ -159,6 +159,14 @@ def test_allocator_findings(tmp_path):
 def test_allocator_rule_ignores_c_programs_that_are_not_pytorch_backends(tmp_path):
     source = "#include <stdlib.h>\nint main(){ float* a = aligned_alloc(32, 100); free(a); return 0; }\n"
     assert lint_tree(tmp_path, {"bench.c": source}, select=["GPU010"]).findings == []
+    # The rule's own gate, not only its prefilter: with the prefilters off (engine.lint(unfiltered=
+    # True)) a C library's aligned_alloc wrapper (libcu++'s, in CUDA's headers) is not judged either.
+    from gpudoctor.lint import engine
+
+    wrapper = "void* aligned_alloc(size_t n, size_t a) { return ::aligned_alloc(a, n); }\nvoid f(void* p) { free(p); }\n"
+    (tmp_path / "aligned_alloc.h").write_text(wrapper)
+    unfiltered, _, _ = engine.lint([str(tmp_path / "aligned_alloc.h")], isolated=True, select=["GPU010"], unfiltered=True)
+    assert unfiltered.findings == []
 
 
 def test_the_parser_skips_comments_strings_and_directives():

@@ -25,6 +25,7 @@ from gpudoctor.lint import cppalloc
 from gpudoctor.lint.cpp import (CppFile, Function, Macro, Node, arguments, callee, declarator_name, last_name, params_of,
                                 text_of, walk)
 from gpudoctor.lint.model import Finding, NotLinted
+from gpudoctor.lint.rules.gpu010_allocator_mismatch import BACKEND_CODE
 
 _READS = {"data_ptr", "mutable_data_ptr", "const_data_ptr", "data"}
 _ASSERTS_DENSE = {"is_contiguous", "expect_contiguous", "is_non_overlapping_and_dense"}
@@ -604,10 +605,14 @@ EXTENSION_RULES = frozenset({"GPU009", "GPU012"})
 
 
 def applicable(codes: set[str], data: bytes, exhaustive: bool = False) -> set[str]:
-    """The C++ rules that apply to a file: GPU009 and GPU012 read extension code only (unless
-    `exhaustive`)."""
-    if codes & EXTENSION_RULES and not exhaustive and not is_extension_source(data):
-        return codes - EXTENSION_RULES
+    """The C++ rules that apply to a file: GPU009 and GPU012 read extension code only, GPU010
+    PyTorch backend and allocator code only (unless `exhaustive`)."""
+    if exhaustive:
+        return codes
+    if codes & EXTENSION_RULES and not is_extension_source(data):
+        codes = codes - EXTENSION_RULES
+    if "GPU010" in codes and not any(marker in data for marker in BACKEND_CODE):
+        codes = codes - {"GPU010"}
     return codes
 
 

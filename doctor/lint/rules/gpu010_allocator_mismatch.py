@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from gpudoctor.lint.rules import CPP, Rule
 
+# The rule judges PyTorch backend and allocator code, not any C program (a C library's own
+# aligned_alloc wrapper forwards its caller's size): a file without one of these is not judged.
+# The same gate as the prefilter's last group, applied by the check too (cpprules.applicable), so
+# that the prefilters only save time and never decide a finding.
+BACKEND_CODE = (b"c10/", b"ATen/", b"torch/", b"DataPtr", b"PrivateUse1", b"privateuseone", b"Allocator")
+
 RULE = Rule(
     code="GPU010",
     name="allocator-mismatch",
@@ -20,8 +26,7 @@ RULE = Rule(
                (b"aligned_alloc", b"_aligned_malloc", b"posix_memalign", b"memalign(", b"malloc(", b"calloc(",
                 b"cudaMalloc", b"cudaHostAlloc", b"hipMalloc", b"alloc_cpu("),
                (b"free", b"Free", b"deleter", b"aligned_alloc"),
-               # PyTorch backend / allocator code, not any C program
-               (b"c10/", b"ATen/", b"torch/", b"DataPtr", b"PrivateUse1", b"privateuseone", b"Allocator")),
+               BACKEND_CODE),
     what=(
         "aligned_alloc(alignment, size) where size is not provably a multiple of alignment; memory "
         "from _aligned_malloc released with free (or malloc'd memory with _aligned_free, new with "

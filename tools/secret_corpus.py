@@ -596,17 +596,21 @@ def _body_lines(block: str) -> tuple[str, ...]:
     return tuple(line for line in block.splitlines() if len(line) >= 16 and not line.startswith("-----"))
 
 
+def _named_cases(fam: "Family", templates: dict[str, str], rng: "_Random") -> list[Case]:
+    """A family found by its name or form, written in each of `templates` (one secret each)."""
+    names = _names(fam.stem, fam.word)
+    out = []
+    for syntax, template in templates.items():
+        s = fam.make(rng)
+        out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+    return out
+
+
 def held_out_cases(seed: int = SEED + 1) -> list[Case]:
     """The HELD_OUT syntaxes for every family found by its name or form."""
     rng = _Random(seed)
-    out = []
-    for fam in FAMILIES:
-        if fam.kind in ("token", "password", "key"):
-            names = _names(fam.stem, fam.word)
-            for syntax, template in HELD_OUT.items():
-                s = fam.make(rng)
-                out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
-    return out
+    return [case for fam in FAMILIES if fam.kind in ("token", "password", "key")
+            for case in _named_cases(fam, HELD_OUT, rng)]
 
 
 def held_out_2_cases(seed: int = SEED + 2) -> list[Case]:
@@ -616,10 +620,7 @@ def held_out_2_cases(seed: int = SEED + 2) -> list[Case]:
     out = []
     for fam in FAMILIES:
         if fam.kind in ("token", "password", "key"):
-            names = _names(fam.stem, fam.word)
-            for syntax, template in HELD_OUT_2.items():
-                s = fam.make(rng)
-                out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+            out += _named_cases(fam, HELD_OUT_2, rng)
         elif fam.kind == "url":
             for syntax, template in URL_HELD_OUT_2.items():
                 for scheme, user, rest in URL_FORMS:
@@ -637,9 +638,7 @@ def cases(seed: int = SEED) -> list[Case]:
     for fam in FAMILIES:
         names = _names(fam.stem, fam.word)
         if fam.kind in ("token", "password", "key"):
-            for syntax, template in NAMED.items():
-                s = fam.make(rng)
-                out.append(Case(fam.name, syntax, template.format(s=s, **names), (fam.secret(s),)))
+            out += _named_cases(fam, NAMED, rng)
             if fam.kind == "token":
                 for syntax, template in BARE.items():
                     s = fam.make(rng)

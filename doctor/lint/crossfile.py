@@ -8,6 +8,7 @@ methods and builders). A step that fails costs that rule's cross-file findings o
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Callable
 
 from gpudoctor.lint import rules
@@ -17,18 +18,89 @@ from gpudoctor.lint.model import Finding, InternalError
 
 _CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")  # a call's name, in a file's bytes
 
-def cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task]) -> tuple[list[Finding], list[InternalError]]:
+def cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task],
+               beside: bool = False) -> tuple[list[Finding], list[InternalError]]:
     """The findings of the cross-file steps, and the steps that failed (a failure costs that
-    rule's cross-file findings only)."""
+    rule's cross-file findings only). `beside`: the Python project pass runs in a forked child
+    while this process does the C++ and GPU012 steps (they share nothing; on a machine with a
+    core to spare, the serial tail of a large tree's run is the longer of the two, not their
+    sum); where the child cannot run or dies, the pass runs here."""
     out: list[Finding] = []
     failed: list[InternalError] = []
+
+    def python_pass() -> tuple[list[Finding], list[InternalError]]:
+        own: list[InternalError] = []
+        found = _step(lambda: _python_cross_file(by_path, tasks, own), None, "the Python project pass: ", own)
+        return found, own
+
+    child = _Beside(python_pass) if beside and _has_python_facts(by_path) else None
     checking: dict[str, Any] = {}  # GPU012: Python name of a binding -> the arguments its C++ function checks
     # the Python files by the names they call: read once (when GPU009 or GPU012 first needs it)
     calling = _CallIndex(sorted(p for p, t in tasks.items() if t.kind == rules.PYTHON))
-    out += _step(lambda: _cpp_cross_file(by_path, tasks, checking, calling), "GPU009", "", failed)
-    out += _step(lambda: _contig_cross_file(by_path, tasks, checking, calling), "GPU012", "", failed)
-    out += _step(lambda: _python_cross_file(by_path, tasks, failed), None, "the Python project pass: ", failed)
-    return out, failed
+    try:
+        out += _step(lambda: _cpp_cross_file(by_path, tasks, checking, calling), "GPU009", "", failed)
+        out += _step(lambda: _contig_cross_file(by_path, tasks, checking, calling), "GPU012", "", failed)
+        python = child.result() if child is not None else None
+    finally:
+        if child is not None:
+            child.close()
+    found, own = python if python is not None else python_pass()
+    return out + found, failed + own
+
+
+def _has_python_facts(by_path: dict[str, FileResult]) -> bool:
+    return any(fr.facts for fr in by_path.values())
+
+
+class _Beside:
+    """`run()` in a forked child (it inherits the parent's memory: nothing is sent to it), its
+    result sent back through a pipe. `result()` is None when the child could not start, died or
+    sent nothing: the caller runs it itself. The child ignores Ctrl-C and dies with the parent
+    (the pool workers' setup); `close()` ends it whatever happened."""
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        import multiprocessing
+
+        self.proc = None
+        self.conn = None
+        if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+            return
+        ctx = multiprocessing.get_context("fork")
+        try:
+            self.conn, sender = ctx.Pipe(duplex=False)
+            self.proc = ctx.Process(target=_beside_child, args=(run, sender), daemon=True)
+            self.proc.start()
+            sender.close()
+        except OSError:
+            self.proc = None
+
+    def result(self) -> Any:
+        if self.proc is None or self.conn is None:
+            return None
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+
+
+def _beside_child(run: Callable[[], Any], sender: Any) -> None:
+    from gpudoctor.lint.engine import _worker_start
+
+    _worker_start()
+    try:
+        result = run()
+    except BaseException:  # noqa: BLE001 (the parent runs it again and reports it there)
+        result = None
+    sender.send(result)
+    sender.close()
 
 
 def _step(run: Callable[[], list[Finding]], code: str | None, what: str, failed: list[InternalError]) -> list[Finding]:

@@ -586,7 +586,7 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
     with _no_cycle_collection():
         from gpudoctor.lint.crossfile import cross_file  # after every file: the project's steps
 
-        cross, failed = cross_file(by_path, task_by_path)
+        cross, failed = cross_file(by_path, task_by_path, beside=_jobs(jobs) > 1 and len(tasks) >= 16)
     findings += cross
     result.internal_errors += failed
     # per-file-ignores from the configuration

@@ -25,9 +25,11 @@ RULE = Rule(
     kinds=(PYTHON, BUILD),
     prefilter=((b"-arch", b"gencode", b"generate-code", b"arch=compute_", b"ARCH_LIST", b"CUDA_ARCHITECTURES",
                 b"gpu-architecture", b"-code"),),
-    # (a flag starts a word: not "multi-arch " or "# mypy: disable-error-code=")
-    pattern=((rb"[\s\"'\[(,=]-arch[= \"']", rb"--gpu-architecture", rb"-gencode", rb"--generate-code",
-              rb"arch=compute_", rb"TORCH_CUDA_ARCH_LIST", rb"CUDA_ARCHITECTURES", rb"[\s\"'\[(,=]-code[= ]"),),
+    # (a flag starts a word: not "multi-arch " or "# mypy: disable-error-code="; the byte before it
+    # is checked by a lookbehind at the end, so that the regex starts with a literal and the engine
+    # skips to it, many times faster than trying a character class at every position)
+    pattern=((rb"-arch[= \"'](?<=[\s\"'\[(,=]-arch[= \"'])", rb"--gpu-architecture", rb"-gencode", rb"--generate-code",
+              rb"arch=compute_", rb"TORCH_CUDA_ARCH_LIST", rb"CUDA_ARCHITECTURES", rb"-code[= ](?<=[\s\"'\[(,=]-code[= ])"),),
     what=(
         "nvcc flags (-arch / -code / -gencode / --gpu-architecture in extra_cuda_cflags, "
         "extra_compile_args, CMake flags, Makefiles and shell commands), TORCH_CUDA_ARCH_LIST or "

@@ -12,6 +12,7 @@ late method calls); gpudoctor.lint.project pairs them over the project, as it do
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import TYPE_CHECKING
 
@@ -216,7 +217,25 @@ def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
     return {name: (name in weights, _casts_inputs(texts[name])) for name in found}
 
 
-_CAST_TEXT = re.compile(r"\.(half|bfloat16)\(\)|\.to\([^)\n]*(dtype|bfloat16|float16|half)|torch_dtype\s*=")
+# A cast in a scope's text: `.half()`, `.bfloat16()`, `.to(... dtype ...)`, `torch_dtype=`. Two
+# regexes, each starting with a literal (the engine skips to it), searched once per file.
+_CAST_TEXT = (re.compile(r"\.(?:(?:half|bfloat16)\(\)|to\([^)\n]*(?:dtype|bfloat16|float16|half))"),
+              re.compile(r"torch_dtype\s*="))
+
+
+def _casting_scopes(src: PySource) -> list[ast.AST]:
+    """The module and the functions whose text has a cast (`_CAST_TEXT`): the file searched once,
+    each function judged by whether a match starts within its lines."""
+    hits = sorted(m.start() for p in _CAST_TEXT for m in p.finditer(src.text))
+    if not hits:
+        return []
+    starts = src.starts
+
+    def has(node: ast.AST) -> bool:
+        i = bisect.bisect_left(hits, starts[node.lineno - 1])  # type: ignore[attr-defined]
+        return i < len(hits) and hits[i] < starts[min(node.end_lineno, len(starts) - 1)]  # type: ignore[attr-defined]
+
+    return [src.tree, *(fn for fn in src.functions if has(fn))]
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -231,8 +250,7 @@ def module_after_cast(src: PySource, facts: Facts) -> list[Finding]:
         return _creates_module(src, node, local)
 
     owner = {id(m): cls for cls in src.classes for m in cls.body if isinstance(m, _FUNCS)}
-    scopes = [s for s in [src.tree, *src.functions]
-              if _CAST_TEXT.search(src.text if s is src.tree else src.scope_text(s))]
+    scopes = _casting_scopes(src)
     returned: dict[str, Cast] = {}
 
     def returns(call: ast.Call) -> Cast | None:

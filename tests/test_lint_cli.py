@@ -236,16 +236,20 @@ def test_output_file_and_clean_stdout(buggy, tmp_path):
 
 
 def test_worker_pool_gives_the_same_findings(tmp_path):
-    """Enough files to go through the process pool: the result equals the serial run."""
+    """Enough files to go through the process pool: the result equals the serial run (the
+    forked workers answer a file with nothing to report by its index alone)."""
     from gpudoctor.lint import engine
 
     padding = "# " + "x" * 78 + "\n"
     for i in range(24):
         (tmp_path / f"m{i}.py").write_text(BUGGY + padding * 200)
-    serial, _, _ = engine.lint([str(tmp_path)], isolated=True, jobs=1)
-    pooled, _, _ = engine.lint([str(tmp_path)], isolated=True, jobs=2)
+        (tmp_path / f"plain{i}.py").write_text("import torch\nx = torch.zeros(3).view(-1)\n" + padding * 200)
+    serial, serial_files, _ = engine.lint([str(tmp_path)], isolated=True, jobs=1)
+    pooled, pooled_files, _ = engine.lint([str(tmp_path)], isolated=True, jobs=2)
     assert serial.findings == pooled.findings and len(serial.findings) == 72
-    assert serial.files_checked == pooled.files_checked == 24
+    assert serial.files_checked == pooled.files_checked == 48
+    assert serial_files == pooled_files and pooled_files[str(tmp_path / "plain3.py")] == \
+        engine.FileResult(str(tmp_path / "plain3.py"), checked=True)
 
 
 # --- explain GPU0xx ------------------------------------------------------------------------------

@@ -222,3 +222,67 @@ def test_the_prefilters_lose_no_gpu012_finding(tmp_path):
     gelu = [f for f in engine.lint([str(tmp_path / "py")], select=["GPU012"], isolated=True, jobs=1)[0].findings
             if f.path.endswith("gelu.py")]
     assert [f.line for f in gelu] == marked_lines(MULTILINE_CHECK)
+
+
+DOCSTRING_EXAMPLE = '''"""A module docstring that shows an example at column 0:
+
+def looks_like(x):
+    assert x.is_contiguous()
+"""
+'''
+
+FIRST_LOOK = '''import torch
+
+
+@torch.no_grad()
+def decorated(x, w):
+    assert x.is_contiguous() and w.is_contiguous()
+    return x @ w
+
+
+def signature_over_lines(
+    x,
+    y,
+):
+    if not x.is_contiguous():
+        raise ValueError("x")
+    return x + y
+
+
+async def later(x):
+    assert x.is_contiguous()
+    return x
+
+
+class Launcher:
+    def method(self, x):
+        assert x.is_contiguous()  # a method: not a module-level function
+
+
+def does_not_check(x):
+    return x.is_contiguous()
+'''
+
+
+def test_the_first_look_finds_what_the_whole_tree_finds():
+    """A Python file only GPU012 wants is not parsed whole: the module-level functions that
+    check are read from the pieces of text that mention is_contiguous. It finds what the whole
+    syntax tree gives; a piece that does not parse (a column-0 `def` in a string) sends the file
+    to the whole parse."""
+    import ast
+
+    from gpudoctor.lint import pycontig
+    from gpudoctor.lint.pysource import PySource
+
+    def whole(text):
+        return pycontig.checking_functions(PySource("m.py", text, ast.parse(text), "m", False))
+
+    assert whole(FIRST_LOOK) == ("decorated", "later", "signature_over_lines")
+    assert pycontig.checking_functions_in_text(FIRST_LOOK, "m.py") == whole(FIRST_LOOK)
+    assert pycontig.checking_functions_in_text(DOCSTRING_EXAMPLE + FIRST_LOOK, "m.py") is None
+    cut = 'def f(x):\n    s = """\ndef g(y):\n"""\n    assert x.is_contiguous()\n'
+    assert whole(cut) == ("f",) and pycontig.checking_functions_in_text(cut, "m.py") is None
+    assert pycontig.checking_functions_in_text("import torch\nx = 1\n", "m.py") == ()
+    for name, text in (("LAUNCHER", LAUNCHER), ("MULTILINE_CHECK", MULTILINE_CHECK)):
+        text = textwrap.dedent(text)
+        assert pycontig.checking_functions_in_text(text, "m.py") == whole(text) != (), name

@@ -304,3 +304,34 @@ def test_sizes_as_ints_cross_modules_silently(tmp_path):
             """,
     }
     assert lint_tree(tmp_path, files, select=["GPU004"]).findings == []
+
+
+def test_the_project_pass_beside_the_cpp_steps_gives_the_same_findings(tmp_path, monkeypatch):
+    """On a machine with a core to spare the Python project pass runs in a forked child beside the
+    C++ and GPU012 steps: the same findings as run in line; and when the child dies without an
+    answer, the pass runs in the parent (nothing is lost)."""
+    import os
+
+    from gpudoctor.lint import crossfile, engine
+
+    lint_tree(tmp_path, LATE_MODULES)
+    key = lambda findings: sorted((f.path, f.line, f.col, f.code) for f in findings)  # noqa: E731
+
+    def project(beside: bool):
+        _, by_path, tasks = engine.lint([str(tmp_path)], isolated=True, jobs=1)
+        found, failed = crossfile.cross_file(by_path, tasks, beside=beside)
+        return key(found), failed
+
+    beside, in_line = project(True), project(False)
+    assert beside == in_line and ("dit.py" in "".join(p for p, *_ in beside[0]))
+
+    parent = os.getpid()
+    real = crossfile._python_cross_file
+
+    def dies_in_the_child(*args):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(*args)
+
+    monkeypatch.setattr(crossfile, "_python_cross_file", dies_in_the_child)
+    assert project(True) == in_line

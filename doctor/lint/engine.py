@@ -428,6 +428,9 @@ def _lint_file(task: Task) -> FileResult:
     except (UnicodeDecodeError, ValueError, LookupError) as exc:
         result.error = f"cannot decode: {exc}"
         return result
+    if codes == {"GPU012"} and task.kind == rules.PYTHON and not (task.exhaustive or task.unfiltered) and \
+            _contig_first_look(task.path, text, result):
+        return result
     try:
         findings = lint_text(task.path, task.kind, task.subkind, text, data, codes, result, task.exhaustive,
                              task.unfiltered)
@@ -450,6 +453,22 @@ def _lint_file(task: Task) -> FileResult:
         result.digest = hashlib.sha256(data).hexdigest()
     result.findings = findings
     return result
+
+
+def _contig_first_look(path: str, text: str, result: FileResult) -> bool:
+    """A Python file only GPU012 wants: its functions that check contiguity, from the pieces of
+    text that can hold one (gpudoctor.lint.pycontig.checking_functions_in_text) instead of the
+    whole file's syntax tree. False when the first look cannot tell (the file is parsed whole)."""
+    from gpudoctor.lint import pycontig, pyrules
+
+    try:
+        names = pycontig.checking_functions_in_text(text, path)
+    except (RecursionError, MemoryError):
+        return False
+    if names is None:
+        return False
+    result.facts = pyrules.Facts(contig_checkers=names)
+    return True
 
 
 # --- many files ----------------------------------------------------------------------------------
@@ -494,7 +513,19 @@ def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
         _preload(tasks)
     ctx = multiprocessing.get_context(method)
     chunk = max(1, min(32, len(tasks) // (jobs * 16)))
-    return _pooled(ctx, tasks, jobs, chunk)
+    return _pooled(ctx, tasks, jobs, chunk, forked=method == "fork")
+
+
+# The tasks of the run in progress, for forked workers: they inherit the list, so a worker is sent
+# an index, not a pickled Task, and answers a plain result with its index alone (most files of a
+# large tree have no finding and nothing for the project steps; the parent, which shares the two
+# cores with the workers, would otherwise unpickle ten thousand empty results).
+_FORKED_TASKS: list[Task] = []
+
+
+def _lint_at(index: int) -> FileResult | int:
+    result = lint_file(_FORKED_TASKS[index])
+    return index if result == FileResult(result.path, checked=True) else result
 
 
 class Terminated(BaseException):
@@ -533,7 +564,7 @@ def _worker_start() -> None:
             pass
 
 
-def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResult]:
+def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int, forked: bool = False) -> Iterator[FileResult]:
     import signal
     import threading
 
@@ -543,9 +574,16 @@ def _pooled(ctx, tasks: list[Task], jobs: int, chunk: int) -> Iterator[FileResul
             if hasattr(signal, name):
                 previous[getattr(signal, name)] = signal.signal(getattr(signal, name), _raise_terminated)
     try:
+        if forked:
+            _FORKED_TASKS[:] = tasks  # before the workers are forked: they inherit it
         with ctx.Pool(processes=min(jobs, len(tasks)), initializer=_worker_start) as pool:
-            yield from pool.imap_unordered(lint_file, tasks, chunksize=chunk)
+            if not forked:
+                yield from pool.imap_unordered(lint_file, tasks, chunksize=chunk)
+            else:
+                for r in pool.imap_unordered(_lint_at, range(len(tasks)), chunksize=chunk):
+                    yield FileResult(tasks[r].path, checked=True) if isinstance(r, int) else r
     finally:  # the `with` has terminated and joined the workers, whatever ended the loop
+        _FORKED_TASKS.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

@@ -38,6 +38,9 @@ Standard library only (`ast`).
 from __future__ import annotations
 
 import ast
+import bisect
+import re
+import warnings
 from typing import Callable
 
 from gpudoctor.lint import pycallers as pc
@@ -287,6 +290,41 @@ def direct_checks(fn: ast.AST, shown: str) -> list[Check]:
             how = "asserts" if isinstance(st, ast.Assert) else "raises unless"
             out.append(Check(position, n, f"{how} `{n}.is_contiguous()` ({shown}:{st.lineno})", (shown, st.lineno)))
     return out
+
+
+_TOP_LEVEL = re.compile(r"^(?:(?:async[ \t]+)?def[ \t]|class[ \t]|@)", re.M)
+
+
+def checking_functions_in_text(text: str, path: str) -> tuple[str, ...] | None:
+    """`checking_functions` for a file nothing else needs parsed, from a first look: only the
+    module-level functions whose text has `is_contiguous` are parsed, each from its `def` at
+    column 0 to the next column-0 `def`, `class` or decorator. None when a piece does not parse
+    (a column-0 `def` inside a string, say): the caller parses the whole file. A name found here
+    that the whole file would not give costs nothing (the cross-file step reads the function
+    again from the whole file before it trusts it); a function it would give is found here or the
+    piece fails to parse."""
+    if "is_contiguous" not in text:
+        return ()
+    starts = [m.start() for m in _TOP_LEVEL.finditer(text)] + [len(text)]
+    found: set[str] = set()
+    at = text.find("is_contiguous")
+    while at >= 0:
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0:
+            at = text.find("is_contiguous", starts[0])
+            continue
+        piece = text[starts[i]:starts[i + 1]]
+        if piece.startswith(("def", "async")):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tree = ast.parse(piece, filename=path)
+            except (SyntaxError, ValueError):
+                return None
+            found.update(st.name for st in tree.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and direct_checks(st, ""))
+        at = text.find("is_contiguous", starts[i + 1])
+    return tuple(sorted(found))
 
 
 def checking_functions(src: PySource) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from gpudoctor.lint import rules
 from gpudoctor.lint.engine import (MAX_BYTES, FileResult, Task, _decode, _describe, _suppressions,
-                                   parse_python, suppressed)
+                                   parse_python, read_bounded, suppressed)
 from gpudoctor.lint.model import Finding, InternalError
 
 _CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")  # a call's name, in a file's bytes
@@ -195,8 +195,7 @@ class _CallIndex:
     @staticmethod
     def _read(path: str) -> bytes:
         try:
-            with open(path, "rb") as fh:
-                return fh.read(MAX_BYTES)
+            return read_bounded(path)[:MAX_BYTES]
         except OSError:
             return b""
 
@@ -321,8 +320,7 @@ def _python_cross_file(by_path: dict[str, FileResult], tasks: dict[str, Task], f
 
 def _mentions(path: str, pattern: re.Pattern[bytes]) -> bool:
     try:
-        with open(path, "rb") as fh:
-            return pattern.search(fh.read(MAX_BYTES)) is not None
+        return pattern.search(read_bounded(path)[:MAX_BYTES]) is not None
     except OSError:
         return False
 
@@ -346,8 +344,7 @@ def _load_python(path: str) -> Any:
     from gpudoctor.lint.pysource import PySource
 
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        data = read_bounded(path)
         if len(data) > MAX_BYTES or b"\0" in data:
             return None
         text = _decode(data, rules.PYTHON)

@@ -182,6 +182,27 @@ def _walk(root: str, config: cfg.Config) -> Iterator[tuple[str, tuple[str, str],
 # --- one file -------------------------------------------------------------------------------------
 
 
+def read_bounded(path: str) -> bytes:
+    """A file's bytes, at most MAX_BYTES + 1 of them (more means too large). A regular file is
+    read with one call sized by its fstat (a buffered read of MAX_BYTES + 1 allocates that much
+    for every file first); anything else (a pipe, /proc) is read until its end or the bound."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        want = MAX_BYTES + 1
+        st = os.fstat(fd)
+        data = os.read(fd, min(st.st_size + 1, want)) if stat.S_ISREG(st.st_mode) else b""
+        while len(data) < want:
+            more = os.read(fd, min(want - len(data), 1 << 20))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
 def _decode(data: bytes, kind: str) -> str:
     if kind == rules.PYTHON:
         import io
@@ -394,8 +415,7 @@ def _lint_file(task: Task) -> FileResult:
     result = FileResult(task.path)
     wanted = [rules.BY_CODE[c] for c in task.codes]
     try:
-        with open(task.path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        data = read_bounded(task.path)
     except OSError as exc:
         result.error = f"cannot read: {exc.strerror or exc}"
         return result

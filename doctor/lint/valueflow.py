@@ -474,9 +474,11 @@ def _all_rebinds(facts: dict[str, Any], codes: dict[str, tuple[str, ...]],
         if path in out or "GPU004" not in codes[path]:
             continue
         try:
-            with open(path, "rb") as fh:
-                if _FORWARD_REBOUND.search(fh.read()) is None:
-                    continue
+            from gpudoctor.lint.engine import read_bounded
+
+            data = read_bounded(path)
+            if b"MethodType" not in data or _FORWARD_REBOUND.search(data) is None:
+                continue
         except OSError:
             continue
         src = load(path)
@@ -505,9 +507,10 @@ def _returns(facts: dict[str, Any], codes: dict[str, tuple[str, ...]], modules: 
         if "GPU004" not in codes.get(path, ()) or read >= MAX_CALLER_FILES:
             continue
         try:
-            with open(path, "rb") as fh:
-                if pattern.search(fh.read()) is None:
-                    continue
+            from gpudoctor.lint.engine import read_bounded
+
+            if pattern.search(read_bounded(path)) is None:
+                continue
         except OSError:
             continue
         src = load(path)

@@ -131,9 +131,16 @@ def late_method(name: str, builder_named: bool, text: str) -> bool:
 _WEIGHTED = re.compile(r"^(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|EmbeddingBag|"
                        r"LayerNorm|GroupNorm|RMSNorm|BatchNorm[123]d|InstanceNorm[123]d|MultiheadAttention|LSTM|GRU|"
                        r"RNN|PReLU|Transformer\w*)$")
-_WEIGHTS_TEXT = re.compile(r"(?:nn|torch\.nn)\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
-                           r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU|Parameter)\("
-                           r"|\bParameter\(")
+# A text that creates weights: `nn.Linear(` (also as `torch.nn.Linear(`) and the like, or
+# `Parameter(`. Two regexes, each starting with its literal (one alternation of both is several
+# times slower: the engine tries it at every position).
+_WEIGHTS_TEXTS = (re.compile(r"nn\.(?:Linear|Bilinear|Conv\w*|Embedding\w*|LayerNorm|GroupNorm|RMSNorm|"
+                             r"BatchNorm\w*|InstanceNorm\w*|MultiheadAttention|Transformer\w*|LSTM|GRU|RNN|PReLU)\("),
+                  re.compile(r"\bParameter\("))
+
+
+def _creates_weights(text: str) -> bool:
+    return any(p.search(text) for p in _WEIGHTS_TEXTS)
 # A class that casts its inputs to its own weights (`x.to(self.fc.weight.dtype)`, `x.type_as(self.w)`,
 # autocast): new float32 instances of it work beside a cast model. Casting one of its own
 # parameters to the input (`self.modulation.to(dtype=t.dtype)`) covers that parameter only.
@@ -206,7 +213,7 @@ def _local_modules(src: PySource) -> dict[str, tuple[bool, bool]]:
                     changed = True
                     break
     texts = {name: src.scope_text(classes[name]) for name in found}
-    weights = {name for name in found if _WEIGHTS_TEXT.search(texts[name])}
+    weights = {name for name in found if _creates_weights(texts[name])}
     changed = True
     while changed:  # a class built from weighted local classes has weights too
         changed = False
@@ -331,7 +338,7 @@ def _class_summary(src: PySource, cls: ast.ClassDef) -> tuple[tuple[str, ...], b
     text = src.scope_text(cls)
     bases = tuple((src.qualname(b) or "").rsplit(".", 1)[-1] for b in cls.bases)
     builds = tuple(sorted(set(re.findall(r"\b([A-Z]\w*)\(", text)) - {cls.name}))
-    return bases, bool(_WEIGHTS_TEXT.search(text)), _casts_inputs(text), builds
+    return bases, _creates_weights(text), _casts_inputs(text), builds
 
 
 def _creation(src: PySource, node: ast.AST, local) -> tuple[bool, str | None] | None:

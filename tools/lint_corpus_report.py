@@ -29,7 +29,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_FOLDER = ROOT / "tests" / "fixtures" / "lint_corpus"
-RULES = tuple(f"GPU{n:03d}" for n in range(1, 12))
+RULES = tuple(f"GPU{n:03d}" for n in range(1, 13))  # GPU001..GPU012
 
 
 class LabelError(Exception):

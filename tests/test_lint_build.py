@@ -22,7 +22,8 @@ ext = load(name="custom_module", sources=["module.cpp", "kernel.cu"],
            extra_cuda_cflags=["-arch=sm_86"])  # a lone -arch embeds compute_86 PTX: newer GPUs JIT it
 
 nvcc_flags = ["-O3", "-gencode", "arch=compute_86,code=sm_86"]  # <-
-setup(ext_modules=[CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": nvcc_flags})])
+setup(ext_modules=[CUDAExtension("a", ["a.cu"], extra_compile_args={"nvcc": nvcc_flags}),
+                   CUDAExtension("b", ["b.cu"], extra_compile_args={"nvcc": ["-O3"]})])  # b takes the list
 
 several = ["-gencode", "arch=compute_80,code=sm_80"]
 several.append("-gencode")
@@ -96,6 +97,32 @@ def test_python_arch_lists_chosen_by_the_toolkit_version_are_each_judged(tmp_pat
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0"
     """
     assert lint_source(tmp_path, by_gpu, name="setup.py", select=["GPU006"]).findings == []
+
+
+def test_an_arch_list_every_extension_overrides_is_not_judged(tmp_path):
+    """torch's cpp_extension adds no architecture flags of its own to an extension whose nvcc
+    flags contain `arch` (`_get_cuda_arch_flags`), so TORCH_CUDA_ARCH_LIST set in a setup.py whose
+    every extension passes `-gencode` flags decides nothing (llm-awq's attention setup.py: a
+    toolkit-picked default list beside its own `cc_flag`); the flags themselves are judged,
+    through `list()` and a concatenation passed to a helper."""
+    source = """
+    import os
+    from torch.utils.cpp_extension import CUDAExtension
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") is None and bare_metal_version >= Version("11.8"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "6.0;7.0;8.0;9.0"
+    generator_flag = []
+    cc_flag = list()
+    cc_flag.append("-gencode")
+    cc_flag.append("arch=compute_80,code=sm_80")  # <-
+    ext = CUDAExtension("k", ["k.cu"], extra_compile_args={"cxx": ["-O3"],
+                        "nvcc": append_nvcc_threads(["-O3"] + generator_flag + cc_flag)})
+    """
+    result = lint_source(tmp_path, source, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == marked_lines(source)
+    plain = source.rstrip(' ') + '    other = CUDAExtension("o", ["o.cu"], extra_compile_args={"nvcc": ["-O3"]})\n'
+    result = lint_source(tmp_path, plain, name="setup.py", select=["GPU006"])
+    assert lines(result, "GPU006") == [5] + marked_lines(source)  # the list decides for `o`
 
 
 def test_python_flag_lists_through_names(tmp_path):

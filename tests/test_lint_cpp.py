@@ -391,6 +391,64 @@ def test_python_callers_without_allocation_keep_the_findings(tmp_path):
     assert sorted(m.split(".data_ptr")[0] for _, _, m in got) == ["bias", "out", "state", "work", "x"]
 
 
+RING_FLOW_PY = """
+import torch
+from ringlib._ext import ring_init, ring_step
+
+
+def pack(w):
+    q = torch.tensor(w.cpu().numpy()).to(w.device)
+    return q.contiguous()
+
+
+def reset(n):
+    ring_init(torch.zeros(n))
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scratch = torch.nn.Parameter(scale.data)  # another class's `scratch`
+
+
+class Ring(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("scratch", torch.zeros(n))
+
+    @classmethod
+    def build(cls, w):
+        ring = cls(8)
+        ring.scratch = pack(w)  # a project function that returns a dense tensor
+        return ring
+
+    def forward(self, x, bias):
+        x = -torch.exp(x.float().contiguous()) * 0.5  # elementwise ops keep a dense layout
+        out = torch.zeros(x.shape, device=x.device)
+        b = bias.contiguous()
+        ring_step(x, out, self.scratch, b)
+        out = torch.sum(out, dim=0)  # rebound after the call: not what the call was given
+        b = b.t()
+        return out + b
+"""
+
+
+def test_what_the_call_is_given_is_followed_through_the_project(tmp_path):
+    """Value flow at a binding's Python call: a name is what it holds *at the call* (RWKV's
+    `gw = torch.zeros(...)`, reduced by torch.sum after the call), elementwise ops and arithmetic
+    keep a dense tensor dense (`-torch.exp(w.contiguous())`), a call of the module's own function
+    is what its returns are (llm-awq's `pack_intweight(...)`), and `self.scratch` in one class is
+    not what another class of the module stores under that name."""
+    files = {"csrc/ring.cpp": RING_EXT, "ringlib/__init__.py": "", "ringlib/ring.py": RING_FLOW_PY}
+    assert _gpu009(lint_tree(tmp_path, files)) == []
+    for old, new, arg in ((".float().contiguous()) * 0.5", ".float()) * 0.5", "x"),
+                          ("return q.contiguous()", "return q.t()", "work"),
+                          ("b = bias.contiguous()", "b = bias", "bias")):
+        changed = tmp_path / arg
+        got = _gpu009(lint_tree(changed, {**files, "ringlib/ring.py": RING_FLOW_PY.replace(old, new)}))
+        assert [m.split(".data_ptr")[0] for _, _, m in got] == [arg], (old, got)
+
+
 def test_one_call_that_is_not_fresh_keeps_the_finding_and_is_named(tmp_path):
     other = """
         import torch

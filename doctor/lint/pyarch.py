@@ -51,8 +51,8 @@ def arch_flags(src: PySource) -> list[Finding]:
     if appended:
         have = {id(n) for n, _ in lists}
         for st, sc in src.stmts:
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, (ast.List, ast.Tuple)) and \
-                    id(st.value) not in have:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and id(st.value) not in have and \
+                    (isinstance(st.value, (ast.List, ast.Tuple)) or _empty_list_call(st.value)):
                 line = appended.get((dotted(st.targets[0]) or "", id(sc)))
                 if line is not None and st.lineno < line:
                     lists.append((st.value, sc))
@@ -71,16 +71,25 @@ def arch_flags(src: PySource) -> list[Finding]:
                                       archflags.python_branch(src.tree, src.text, node))
             if verdict:
                 verdicts.append((verdict, node))
-    # 2. TORCH_CUDA_ARCH_LIST set from Python
+    # 2. TORCH_CUDA_ARCH_LIST set from Python (unless every extension the file builds passes its
+    # own arch flags to nvcc: torch then ignores the list)
     values, unknown = _torch_arch_values(src)
-    if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)):
+    if values and not unknown and (len({v.text for v, _ in values}) == 1 or _toolkit_alternatives(src, values)) \
+            and not _extensions_choose_their_arch(src):
         for tok, node in values:
             verdict = archflags.judge(archflags.torch_arch_targets([tok]), "TORCH_CUDA_ARCH_LIST",
                                       archflags.python_branch(src.tree, src.text, node))
             if verdict:
                 verdicts.append((verdict, node))
+    shown: set[tuple] = set()
     for verdict, node in verdicts:
         start = verdict.anchor.start
+        # one group reached from two of its lists (`[...] + macros + arch_flags`, and
+        # `arch_flags = []` filled by appends) is one finding
+        key = (start, node.lineno if start is None else None, verdict.message)  # type: ignore[attr-defined]
+        if key in shown:
+            continue
+        shown.add(key)
         if start is not None:
             import bisect
 
@@ -121,6 +130,11 @@ def _flag_group(src: PySource, lst: ast.AST, parents: dict[int, ast.AST], scope:
     def add_literal(node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple)):
             return all(add_literal(e) for e in node.elts)
+        if _empty_list_call(node):
+            return True  # `list()`: an empty list, filled by the appends that follow
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            # `[...] + generator_flag + cc_flag`: every part adds its words
+            return add_literal(node.left) and add_literal(node.right)
         if isinstance(node, ast.Name) and node.id not in resolving:
             # `[...] + version_macros + cc_flag`: a list name of this scope, bound to a literal
             # (and appended to) before this use, adds its words
@@ -199,7 +213,7 @@ def _named_list(src: PySource, name: str, line: int, scope: ast.AST, add_literal
         if sc is scope and node.lineno < line and any(dotted(t) == name for t in node.targets) and \
                 (start is None or node.lineno > start.lineno):
             start = node
-    if start is None or not isinstance(start.value, (ast.List, ast.Tuple)):
+    if start is None or not (isinstance(start.value, (ast.List, ast.Tuple)) or _empty_list_call(start.value)):
         return False
     if not add_literal(start.value):
         return False
@@ -249,6 +263,73 @@ def _parameter_list(src: PySource, name: str, scope: ast.AST, add_literal) -> bo
                 not all(isinstance(v, str) and not archflags.FLAG_HINT.search(v) for v in map(_str_const, passed.elts)):
             return False
     return add_literal(default)
+
+
+_EXTENSIONS = {"CUDAExtension": "extra_compile_args", "load": "extra_cuda_cflags", "load_inline": "extra_cuda_cflags"}
+
+
+def _extensions_choose_their_arch(src: PySource) -> bool:
+    """Whether the file builds CUDA extensions and every one passes nvcc a flag with `arch` in it
+    (`-gencode arch=compute_90,code=sm_90`, `-arch=sm_80`, `--gpu-architecture`): torch's
+    cpp_extension then adds no architecture flags of its own (`_get_cuda_arch_flags` returns none
+    when a flag of the extension's nvcc list contains 'arch'), so TORCH_CUDA_ARCH_LIST decides
+    nothing for them. An extension whose nvcc flags cannot be read counts as not choosing."""
+    calls = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and call_name(n) in _EXTENSIONS and
+             (call_name(n) == "CUDAExtension" or "cpp_extension" in (src.qualname(n.func) or "") or
+              any(k.arg in ("sources", "cuda_sources", "extra_cuda_cflags") for k in n.keywords))]
+    return bool(calls) and all(_nvcc_flags_have_arch(src, c) for c in calls)
+
+
+def _nvcc_flags_have_arch(src: PySource, call: ast.Call) -> bool:
+    keyword = _EXTENSIONS[call_name(call)]
+    value = next((k.value for k in call.keywords if k.arg == keyword), None)
+    if value is None:
+        return False
+    if keyword == "extra_compile_args":
+        if isinstance(value, ast.Name):
+            value = _last_dict(src, value.id)
+        if not isinstance(value, ast.Dict):
+            return False
+        value = next((v for k, v in zip(value.keys, value.values) if k is not None and _str_const(k) == "nvcc"), None)
+        if value is None:
+            return False
+    return _has_arch(src, value, set())
+
+
+def _last_dict(src: PySource, name: str) -> ast.AST | None:
+    found = None
+    for st, _ in src.stmts:
+        if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets):
+            found = st.value
+    return found
+
+
+def _has_arch(src: PySource, value: ast.AST, seen: set[str]) -> bool:
+    """A string with `arch` in the expression, or in what a list name it uses is bound or
+    appended to anywhere in the file."""
+    for node in ast.walk(value):
+        text = _str_const(node)
+        if text is not None and "arch" in text:
+            return True
+        if isinstance(node, ast.Name) and node.id not in seen:
+            seen.add(node.id)
+            for st, _ in src.stmts:
+                if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in st.targets) \
+                        or isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and st.target.id == node.id:
+                    if _has_arch(src, st.value, seen):
+                        return True
+                elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
+                        isinstance(st.value.func, ast.Attribute) and st.value.func.attr in ("append", "extend", "insert") \
+                        and isinstance(st.value.func.value, ast.Name) and st.value.func.value.id == node.id:
+                    if any(_has_arch(src, a, seen) for a in st.value.args):
+                        return True
+    return False
+
+
+def _empty_list_call(node: ast.AST) -> bool:
+    """`list()`: an empty list spelt as a call."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "list" and \
+        not node.args and not node.keywords
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:

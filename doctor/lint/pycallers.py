@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 # Calls whose result is a new tensor in the default (contiguous) layout: factories (torch's and
 # numpy's: np.zeros), `x.new(...)`, the legacy constructors (`torch.Tensor(n, m)`), and the
@@ -42,6 +42,14 @@ _PY_KEEPS = {"to", "float", "half", "bfloat16", "double", "int", "long", "short"
              "clone", "view", "detach", "requires_grad_", "fill_", "zero_", "type", "reshape", "flatten",
              "unsqueeze", "squeeze", "view_as", "reshape_as", "normal_", "uniform_", "copy_", "mul_", "add_",
              "astype", "pin_memory", "share_memory_", "resize_"}
+# Elementwise functions and methods: the result is laid out like the tensor(s) they are given
+# (TensorIterator keeps a dense input's strides), so it is dense when every tensor input is.
+_PY_ELEMENTWISE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sigmoid", "tanh", "relu", "relu6",
+                   "gelu", "silu", "mish", "elu", "selu", "leaky_relu", "softplus", "hardtanh", "hardswish", "neg",
+                   "negative", "abs", "sqrt", "rsqrt", "square", "reciprocal", "sin", "cos", "tan", "sign", "floor",
+                   "ceil", "round", "trunc", "frac", "erf", "erfc", "clamp", "clip", "clamp_min", "clamp_max", "pow",
+                   "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "maximum",
+                   "minimum", "lerp", "nan_to_num", "logical_not", "bitwise_not"}
 # Wrappers that hand back the tensor they are given: nn.Parameter(t), Variable(t),
 # torch.from_numpy(a) (dense when the array is: np.zeros, .astype of one).
 _PY_WRAPS = {"Parameter", "Variable", "from_numpy", "as_tensor", "asarray"}
@@ -134,6 +142,14 @@ class _Module:
         # autograd Functions: id(method) -> its class, for the classes that subclass Function
         self.function_classes: dict[str, ast.ClassDef] = {}
         self.method_class: dict[int, ast.ClassDef] = {}
+        # every class's methods (id(method) -> class), and the class whose methods bind an
+        # attribute value through `self` (id(value) -> class): `self.x` read in one class is
+        # not what another class of the module stores under the same name
+        self.owner_class: dict[int, ast.ClassDef] = {n_id: cls for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+                                                     for n_id in (id(m) for m in cls.body
+                                                                  if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)))}
+        self.attr_class: dict[int, ast.ClassDef] = {}
+        self._loops: dict[int, list[tuple[int, int]]] = {}  # per scope: the lines its loops span
         for st in tree.body:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[st.name] = st
@@ -203,6 +219,8 @@ class _Module:
                     child.func.attr in ("register_buffer", "register_parameter") and len(child.args) >= 2 and \
                     isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
                 self.attrs.setdefault(child.args[0].value, []).append(child.args[1])
+                if isinstance(child.func.value, ast.Name) and child.func.value.id == "self" and id(scope) in self.owner_class:
+                    self.attr_class[id(child.args[1])] = self.owner_class[id(scope)]
             self._walk(child, scope)
 
     def _bind(self, name: str, value: ast.AST, scope: ast.AST) -> None:
@@ -214,6 +232,8 @@ class _Module:
             self._bind(target.id, value, scope)
         elif isinstance(target, ast.Attribute):
             self.attrs.setdefault(target.attr, []).append(value)  # type: ignore[arg-type]
+            if isinstance(target.value, ast.Name) and target.value.id == "self" and id(scope) in self.owner_class:
+                self.attr_class[id(value)] = self.owner_class[id(scope)]
         elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and \
                 isinstance(target.slice.value, str):
             self.keys.setdefault(target.slice.value, []).append(value)  # type: ignore[arg-type]
@@ -290,7 +310,19 @@ class _Module:
                 return self.fresh(f.value, scope, seen)
             if name in _PY_WRAPS and e.args:
                 return self.fresh(e.args[0], scope, seen)
+            if name in _PY_ELEMENTWISE:
+                tensors = ([f.value] if isinstance(f, ast.Attribute) and not self._is_namespace(f.value) else []) + \
+                    [a for a in e.args if not isinstance(a, ast.Starred)]
+                tensors = [t for t in tensors if not _scalar(t)]
+                return bool(tensors) and all(self.fresh(t, scope, seen) for t in tensors)
+            if isinstance(f, ast.Name) and f.id in self.functions and ("returns", f.id) not in seen:
+                return self._returns_fresh(self.functions[f.id], seen | {("returns", f.id)})
             return False
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd, ast.Invert)):
+            return self.fresh(e.operand, scope, seen)
+        if isinstance(e, ast.BinOp) and not isinstance(e.op, ast.MatMult):
+            tensors = [t for t in (e.left, e.right) if not _scalar(t)]
+            return bool(tensors) and all(self.fresh(t, scope, seen) for t in tensors)
         if isinstance(e, ast.Subscript) and self._advanced(e, scope):
             return True  # feats[indices], x[mask]: advanced indexing makes a new dense tensor
         if isinstance(e, ast.Attribute) and e.attr == "data":
@@ -300,6 +332,8 @@ class _Module:
         if isinstance(e, ast.Name):
             key: tuple = ("name", e.id, id(scope))
             values, where, param = self.bindings(e.id, scope)
+            if where is scope:
+                values = [v for v in values if self._reaches(v, e, scope)]
             if param:
                 if not values:
                     return False  # whatever the caller passes (followed by `python_calls`, not here)
@@ -312,6 +346,9 @@ class _Module:
         elif isinstance(e, ast.Attribute):
             key = ("attr", e.attr)
             values = self.attrs.get(e.attr, [])
+            cls = self.owner_class.get(id(scope)) if isinstance(e.value, ast.Name) and e.value.id == "self" else None
+            if cls is not None:
+                values = [v for v in values if _related(self.attr_class.get(id(v)), cls)]
         else:
             return False
         if key in seen:
@@ -321,6 +358,47 @@ class _Module:
         seen = seen | {key}
         return all(isinstance(v, ast.expr) and self.fresh(v, where if key[0] == "name" else self.scope_of(v), seen)
                    for v in values)
+
+    def _returns_fresh(self, fn: ast.AST, seen: frozenset) -> bool:
+        """A module-level function of the project whose every `return` hands back a dense tensor
+        (`def pack(w): ...; return q.contiguous()`): its calls make one."""
+        found = []
+        todo = list(ast.iter_child_nodes(fn))
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                return False
+            if isinstance(node, ast.Return):
+                found.append(node.value)
+            todo.extend(ast.iter_child_nodes(node))
+        return bool(found) and all(v is not None and self.fresh(v, fn, seen) for v in found)
+
+    def _is_namespace(self, e: ast.AST) -> bool:
+        """`torch`, `F`, `np`, `torch.nn.functional`: a module whose function is called, not a tensor."""
+        root = e
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and (root.id in _LIBRARIES or root.id in self.imports)
+
+    def _reaches(self, value: Any, use: ast.AST, scope: ast.AST) -> bool:
+        """Whether a binding (its value's node) can be what a name holds at `use`: made before the
+        use, or after it in a loop of the scope that holds both (the next iteration reads it).
+        `x = x.t()` after a call does not change what the call was given."""
+        end = (getattr(value, "end_lineno", None), getattr(value, "end_col_offset", None))
+        if end[0] is None or not hasattr(use, "lineno") or \
+                isinstance(value, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
+            return True  # a loop's or with's target: bound for the body it holds
+        if end <= (use.lineno, use.col_offset):  # type: ignore[attr-defined,operator]
+            return True
+        loops = self._loops.get(id(scope))
+        if loops is None:
+            loops = self._loops[id(scope)] = [
+                (n.lineno, n.end_lineno or n.lineno) for n in _scope_nodes(scope)
+                if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
+        line = value.lineno
+        return any(a <= use.lineno <= b and a <= line <= b for a, b in loops)  # type: ignore[attr-defined]
 
     def _advanced(self, e: ast.Subscript, scope: ast.AST) -> bool:
         """`x[idx]` where idx is a tensor of indices or a mask (`ranks.argsort()`, `kept`, `x > 0`):
@@ -399,6 +477,38 @@ class _Module:
                 if alias != name and any(isinstance(v, ast.expr) and name in _named(v) for v in values):
                     out.add(alias)
         return out
+
+
+def _scalar(e: ast.AST) -> bool:
+    """A Python number (`2`, `-1.0`, `2 * 3`): no tensor, so it does not decide a layout."""
+    if isinstance(e, ast.Constant):
+        return isinstance(e.value, (int, float, complex)) and not isinstance(e.value, bool)
+    if isinstance(e, ast.UnaryOp):
+        return _scalar(e.operand)
+    if isinstance(e, ast.BinOp):
+        return _scalar(e.left) and _scalar(e.right)
+    return False
+
+
+def _related(owner: ast.ClassDef | None, cls: ast.ClassDef) -> bool:
+    """An attribute value stored by `owner`'s methods (None: not through `self`) can be what
+    `self.x` holds in `cls`'s methods: the same class, or one named among the other's bases."""
+    if owner is None or owner is cls:
+        return True
+    names = lambda c: {(_dotted(b) or "").rsplit(".", 1)[-1] for b in c.bases}  # noqa: E731
+    return cls.name in names(owner) or owner.name in names(cls)
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a function (or module) outside the functions and classes it defines."""
+    out, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _kept_from(v: ast.expr, name: str) -> bool:

@@ -121,11 +121,14 @@ def discover(paths: list[str], select: list[str] | None, ignore: list[str] | Non
             except OSError:
                 size, key = 0, (-1, hash(os.path.realpath(arg)))
             walked = iter([(os.path.normpath(arg), kind, size, key)])
+        by_kind: dict[str, tuple[str, ...]] = {}
         for path, (kind, sub), size, key in walked:
             if key in seen:
                 continue
             seen.add(key)
-            file_codes = tuple(c for c in codes if kind in rules.BY_CODE[c].kinds)
+            file_codes = by_kind.get(kind)
+            if file_codes is None:
+                file_codes = by_kind[kind] = tuple(c for c in codes if kind in rules.BY_CODE[c].kinds)
             if file_codes:
                 out.append((Task(path, kind, sub, file_codes, size), config))
     return out
@@ -626,8 +629,9 @@ def lint(paths: list[str], select: list[str] | None = None, ignore: list[str] | 
     by_path: dict[str, FileResult] = {}
     results = _run_tasks(tasks, _jobs(jobs))
     try:
-        for fr in results:
-            by_path[fr.path] = fr
+        with _no_cycle_collection():  # thousands of unpickled results, no cycles among them
+            for fr in results:
+                by_path[fr.path] = fr
     finally:  # a signal between two results: the pool is closed here, not at exit
         close = getattr(results, "close", None)
         if close is not None:

@@ -302,6 +302,8 @@ def _named_value(r: "Redactor", m: re.Match[str], text: str) -> Hit | None:
         return None
     i, how = found
     start = _identifier_start(text, end)
+    if how == "=" and text[max(0, end - 8):end].lower() == "--secret" and _SECRET_SPEC.match(text, i):
+        return None  # `--secret=id=npm,env=NPM_TOKEN`: a build secret's spec (see _flag)
     if "." in name and _LOG_LEVEL.search(text, max(0, start - 9), start):
         return None  # a logger's name: "WARNING:huggingface_hub.utils._auth:..."
     level = _secret_level(name)
@@ -357,9 +359,16 @@ def _xml_value(r: "Redactor", text: str, i: int, name: str, level: int) -> Hit |
     return (m.start(1), m.start(1) + len(value), r.secret_render(value))
 
 
+# `docker build --secret id=hf,src=$HOME/.hf_token` (BuildKit, podman, buildah): the value of
+# `--secret` is a spec that says where a secret comes from, not the secret itself.
+_SECRET_SPEC = re.compile(r"(?:id|type|src|source|env|required|target|mode|uid|gid)=", re.I)
+
+
 def _flag(r: "Redactor", m: re.Match[str], text: str) -> Hit | None:
     level = _secret_level(m.group(1))
     if level == 0:
+        return None
+    if m.group(1).lower() in ("secret", "mount") and _SECRET_SPEC.match(text, m.end()):
         return None
     if level == 1:  # "Pass --token for a non-interactive login."
         return _weak_secret(r, text, m.end())

@@ -113,6 +113,19 @@ def test_a_path_is_not_a_secret_but_a_secret_word_before_a_key_is():
         assert alice().text(text) == text
 
 
+def test_a_build_secret_spec_is_not_a_secret_but_the_secret_it_names_is():
+    """`--secret id=hf,src=...` (docker / podman / buildah) names where a secret comes from: the
+    spec comes through (the home folder in its path is still hidden), a value given to --secret
+    itself is still masked."""
+    for spec in ("docker build --secret id=hf,src=/srv/keys/hf_token .",
+                 "podman build --secret=id=npm,env=NPM_TOKEN -t img .",
+                 "buildah bud --secret type=file,id=pip,src=pip.conf ."):
+        assert alice().text(spec) == spec, spec
+    assert "/home/alice" not in alice().text("docker build --secret id=hf,src=/home/alice/.hf_token .")
+    for given in ("mytool --secret Zq8KsLp2Vm7x", "mytool --secret=Zq8KsLp2Vm7x"):
+        assert "Zq8KsLp2Vm7x" not in alice().text(given), given
+
+
 # --- every output format -------------------------------------------------------------------------
 
 

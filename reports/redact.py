@@ -357,6 +357,8 @@ class Redactor:
         spans += secrets
         if len(s) >= 40:
             spans += redact_secrets.aws_secrets(self, s, secrets)
+        if s.count(":") >= 4:
+            spans += redact_secrets.pgpass_lines(self, s)
         spans += redact_machines.home(self, s)
         spans += redact_machines.identity(self, s, low)
         spans += redact_machines.machines(self, s, low, versions=versions)

@@ -15,7 +15,9 @@ Each function reads the original text and returns `Span`s (gpudoctor.reports.red
   element or `key="..." value="..."` attribute pair, a Kubernetes `name:`/`value:` pair; flags
   (`--token X`, `--api-key=X`), `Authorization: Bearer`, `curl -u user:password`, `mysql
   -pPASSWORD`, query parameters, netrc and `wandb login`;
-- `aws_secrets`: a 40-character AWS secret access key, only with evidence on its line.
+- `aws_secrets`: a 40-character AWS secret access key, only with evidence on its line;
+- `pgpass_lines`: the password of a PostgreSQL password-file line (`host:port:db:user:password`),
+  which names nothing: the line's shape is the evidence.
 
 Evidence before masking (the precision corpus, tests/precision_corpus.py, is what must come
 through): a name that may mean something else (`token`, `CACHE_KEY`) takes only a credential-shaped
@@ -116,6 +118,27 @@ def aws_secrets(r: "Redactor", s: str, found: list[Span]) -> list[Span]:
         floor = max(line, start - 256)
         if _SECRET_CONTEXT.search(s[floor:start].lower()) or any(floor <= sp.start < start for sp in found):
             out.append(_secret(r, start, m.end(), m.group()))
+    return out
+
+
+# A .pgpass line (PostgreSQL's password file, also PGPASSFILE): exactly five colon-separated
+# fields, `\:` and `\\` escaped; a host (or *), a port (or *), a database and a user name (or *),
+# then the password. A diagnostic `file.py:42:10:E501:...` has a column where the database goes, and
+# a code file where the host goes: neither is taken.
+_PGPASS = re.compile(
+    r"^[ \t]*(?P<host>\*|[A-Za-z0-9_.\-\[\]%]{1,253}):(?:\*|\d{1,5}):(?P<db>\*|(?:[\w.$\-]|\\[:\\]){1,63}):"
+    r"(?:\*|(?:[\w.$@\-]|\\[:\\]){1,63}):(?P<password>(?:[^:\s\\]|\\[:\\])(?:[^:\r\n\\]|\\[:\\]){0,1023}?)[ \t]*\r?$",
+    re.M)
+_LOG_LEVELS = frozenset({"DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "TRACE"})
+_CODE_FILE = re.compile(r"\.(?:py|pyi|pyx|c|cc|cpp|cxx|cu|cuh|h|hh|hpp|hxx|js|ts|go|rs|java|rb|sh|txt|log|md)$", re.I)
+
+
+def pgpass_lines(r: "Redactor", s: str) -> list[Span]:
+    out = []
+    for m in _PGPASS.finditer(s):
+        if m.group("db").isdigit() or _CODE_FILE.search(m.group("host")) or m.group("host") in _LOG_LEVELS:
+            continue
+        out.append(_secret(r, m.start("password"), m.end("password"), m.group("password")))
     return out
 
 

@@ -170,6 +170,22 @@ def test_a_binding_whose_cpp_function_checks(tmp_path):
     assert only9.findings == []
 
 
+def test_another_frameworks_function_of_the_same_name_is_not_the_binding(tmp_path):
+    """A project with a Paddle version beside its PyTorch one (RT-DETR's rtdetr_paddle) calls
+    `paddle.matmul(q.transpose(...))`: Paddle's function, not the extension's binding of that name."""
+    paddle = """
+        import paddle
+        import paddle.nn.functional as PF
+
+
+        def attend(h):
+            return paddle.scale_fwd(h.transpose([0, 2, 1]), 2.0)
+        """
+    files = {"csrc/ext.cpp": EXTENSION, "pkg/__init__.py": "", "pkg/run.py": EXTENSION_CALLS, "pkg/pd.py": paddle}
+    result = lint_tree(tmp_path, files, select=["GPU012"])
+    assert [f.path.rsplit("/", 1)[-1] for f in result.findings] == ["run.py", "run.py"]
+
+
 def test_a_file_alone_reports_what_it_can_see(tmp_path):
     """A launcher and its caller in one script, the form a notebook or a benchmark has."""
     script = LAUNCHER + textwrap.dedent("""

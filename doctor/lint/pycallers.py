@@ -60,7 +60,13 @@ _PY_INDEX = {"argsort", "nonzero", "where", "randperm", "arange", "tensor", "Lon
 # Modules that are never a project's extension: their functions are not its bindings.
 _LIBRARIES = {"torch", "numpy", "np", "scipy", "triton", "einops", "jax", "tensorflow", "transformers", "diffusers",
               "xformers", "flash_attn", "apex", "deepspeed", "accelerate", "safetensors", "cupy", "numba",
-              "F", "nn"} | set(getattr(sys, "stdlib_module_names", ()))
+              "F", "nn",
+              # the other frameworks a project ships beside its PyTorch code (RT-DETR's Paddle
+              # version calls paddle.matmul and paddle.mm: not a binding named matmul or mm)
+              "paddle", "mindspore", "oneflow", "jittor", "megengine", "mxnet", "keras", "tf", "flax",
+              "tilelang", "cutlass", "vllm", "sglang", "bitsandbytes", "torchvision", "torchaudio",
+              "timm", "mmcv", "mmengine", "detectron2", "kornia", "sklearn", "cv2", "PIL"} | \
+    set(getattr(sys, "stdlib_module_names", ()))
 _LOADERS = {"load", "load_inline", "import_module", "CUDAExtension"}
 _MAX_WRAPPERS = 3
 _MAX_FOLLOWED = 256  # functions whose callers are looked up, per run

@@ -368,17 +368,10 @@ class _Module:
     def _returns_fresh(self, fn: ast.AST, seen: frozenset) -> bool:
         """A module-level function of the project whose every `return` hands back a dense tensor
         (`def pack(w): ...; return q.contiguous()`): its calls make one."""
-        found = []
-        todo = list(ast.iter_child_nodes(fn))
-        while todo:
-            node = todo.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                continue
-            if isinstance(node, (ast.Yield, ast.YieldFrom)):
-                return False
-            if isinstance(node, ast.Return):
-                found.append(node.value)
-            todo.extend(ast.iter_child_nodes(node))
+        nodes = _scope_nodes(fn)
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
+            return False  # a generator
+        found = [n.value for n in nodes if isinstance(n, ast.Return)]
         return bool(found) and all(v is not None and self.fresh(v, fn, seen) for v in found)
 
     def _is_namespace(self, e: ast.AST) -> bool:

@@ -8,11 +8,10 @@ methods and builders). A step that fails costs that rule's cross-file findings o
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any, Callable
 
 from gpudoctor.lint import rules
-from gpudoctor.lint.engine import (MAX_BYTES, FileResult, Task, _decode, _describe, _suppressions,
+from gpudoctor.lint.engine import (MAX_BYTES, FileResult, Task, _decode, _describe, _suppressions, can_fork,
                                    parse_python, read_bounded, suppressed)
 from gpudoctor.lint.model import Finding, InternalError
 
@@ -63,7 +62,7 @@ class _Beside:
 
         self.proc = None
         self.conn = None
-        if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+        if not can_fork():
             return
         ctx = multiprocessing.get_context("fork")
         try:

@@ -523,6 +523,14 @@ def _preload(tasks: list[Task]) -> None:
         from gpudoctor.lint import archflags, buildflags  # noqa: F401
 
 
+def can_fork() -> bool:
+    """Whether lint's helper processes are forked (they inherit the parent's memory): where the
+    platform has fork, except macOS, whose system libraries are not fork-safe."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+
+
 def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
     # Big files first, so no worker is left alone with one at the end.
     tasks = sorted(tasks, key=lambda t: -t.size)
@@ -531,7 +539,7 @@ def _run_tasks(tasks: list[Task], jobs: int) -> Iterable[FileResult]:
         return [lint_file(t) for t in tasks]
     import multiprocessing
 
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+    method = "fork" if can_fork() else "spawn"
     if method == "fork":
         _preload(tasks)
     ctx = multiprocessing.get_context(method)

@@ -274,10 +274,17 @@ def _extensions_choose_their_arch(src: PySource) -> bool:
     cpp_extension then adds no architecture flags of its own (`_get_cuda_arch_flags` returns none
     when a flag of the extension's nvcc list contains 'arch'), so TORCH_CUDA_ARCH_LIST decides
     nothing for them. An extension whose nvcc flags cannot be read counts as not choosing."""
-    calls = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and call_name(n) in _EXTENSIONS and
-             (call_name(n) == "CUDAExtension" or "cpp_extension" in (src.qualname(n.func) or "") or
-              any(k.arg in ("sources", "cuda_sources", "extra_cuda_cflags") for k in n.keywords))]
+    calls = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and _builds_extension(src, n)]
     return bool(calls) and all(_nvcc_flags_have_arch(src, c) for c in calls)
+
+
+def _builds_extension(src: PySource, call: ast.Call) -> bool:
+    """CUDAExtension(...), or torch's `load` / `load_inline` (not json.load: it is named through
+    cpp_extension or given sources)."""
+    name = call_name(call)
+    return name == "CUDAExtension" or name in _EXTENSIONS and (
+        "cpp_extension" in (src.qualname(call.func) or "") or
+        any(k.arg in ("sources", "cuda_sources", "extra_cuda_cflags") for k in call.keywords))
 
 
 def _nvcc_flags_have_arch(src: PySource, call: ast.Call) -> bool:
